@@ -1,0 +1,70 @@
+# scalescope: two commands on a fresh machine.
+#   make demo   set up .venv (torch, Horovod, everything) and run the demo sweep + report
+#   make test   the same set-up plus the dev tools, then the whole test suite
+# Both are idempotent: stamps in .venv/.stamps skip finished steps.
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+EXP    ?= runs/demo
+PY     := $(VENV)/bin/python
+STAMPS := $(VENV)/.stamps
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup setup-dev horovod system lint notebooks clean help
+
+help:
+	@echo "make demo    - set up .venv and run the demo sweep and report into $(EXP)"
+	@echo "make test    - set up .venv with dev tools and run the whole test suite"
+	@echo "make lint    - ruff"
+	@echo "make notebooks [EXP=dir] - open JupyterLab on the notebooks, pointed at an experiment"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	mkdir -p $(STAMPS)
+
+$(STAMPS)/system: scripts/system_deps.sh | $(PY)
+	bash scripts/system_deps.sh
+	touch $@
+
+# Keep an existing torch (a cluster's CUDA build, e.g. with VENV_FLAGS=--system-site-packages);
+# otherwise install the pinned one ($(TORCH); on this kind of machine a local CPU wheel).
+$(STAMPS)/torch: | $(PY)
+	@if $(PY) -c "import torch" 2>/dev/null; then \
+	  echo "[setup] keeping the installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	else \
+	  echo "[setup] installing $(TORCH)"; $(PY) -m pip install -q "$(TORCH)"; \
+	fi
+	touch $@
+
+$(STAMPS)/base: pyproject.toml $(STAMPS)/torch
+	$(PY) -m pip install -q -e ".[train,notebooks]"
+	touch $@
+
+$(STAMPS)/horovod: scripts/install_horovod.sh $(STAMPS)/base $(STAMPS)/system
+	bash scripts/install_horovod.sh $(PY)
+	touch $@
+
+$(STAMPS)/dev: pyproject.toml $(STAMPS)/base
+	$(PY) -m pip install -q -e ".[train,notebooks,dev]"
+	touch $@
+
+setup: $(STAMPS)/base $(STAMPS)/system $(STAMPS)/horovod
+setup-dev: setup $(STAMPS)/dev
+
+demo: setup
+	$(VENV)/bin/scalescope demo --out $(EXP)
+
+test: setup-dev
+	bash scripts/run_tests.sh $(PYTEST_ARGS)
+
+lint: $(STAMPS)/dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check analysis instrumentation tests examples benchmarks scripts || true
+
+notebooks: setup
+	$(VENV)/bin/scalescope notebooks $(EXP)
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,320 @@
+"""One registry of readers, one module per format.
+
+Each reader module defines ``sniff(path) -> bool`` (cheap: suffix and first bytes, never a
+full parse) and ``read(path, *, run_id=None) -> DataFrame`` in the event or sample schema,
+and registers itself with :func:`register`. Third-party readers register through the
+entry-point group ``scalescope.readers`` (each entry point names a module that calls
+:func:`register` on import).
+
+>>> import analysis
+>>> df = analysis.read("trace.json.gz")                # doctest: +SKIP
+>>> df = analysis.read("report.sqlite", format="nsys_sqlite")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from analysis import schema
+from analysis.errors import ReadError, UnknownFormatError
+
+#: Bumped whenever any reader's output changes, so cached Parquet files are not reused.
+CACHE_VERSION = 1
+#: Files at least this large are cached as Parquet by default.
+CACHE_MIN_BYTES = 1 << 20
+
+_BUILTIN_MODULES = (
+    "analysis.readers.scalescope",
+    "analysis.readers.horovod",
+    "analysis.readers.kineto",
+    "analysis.readers.nsys_sqlite",
+    "analysis.readers.nsys_csv",
+    "analysis.readers.nvprof_csv",
+    "analysis.readers.nvprof_sqlite",
+    "analysis.readers.nvml",
+)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A registered format."""
+
+    name: str
+    sniff: Callable[[Path], bool]
+    read: Callable[..., pd.DataFrame]
+    kind: Literal["events", "samples"] = "events"
+    suffixes: tuple[str, ...] = ()
+    description: str = ""
+    version: int = 1
+    extra: dict = field(default_factory=dict)
+
+
+REGISTRY: dict[str, Reader] = {}
+_loaded = False
+
+
+def register(
+    name: str,
+    *,
+    sniff: Callable[[Path], bool],
+    read: Callable[..., pd.DataFrame],
+    kind: Literal["events", "samples"] = "events",
+    suffixes: Iterable[str] = (),
+    description: str = "",
+    version: int = 1,
+) -> Reader:
+    """Add a reader to :data:`REGISTRY` (replacing one of the same name)."""
+    reader = Reader(name, sniff, read, kind, tuple(suffixes), description, version)
+    REGISTRY[name] = reader
+    return reader
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for mod in _BUILTIN_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:  # a real missing dependency, not a module not yet written
+                raise
+    try:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group="scalescope.readers"):
+            try:
+                ep.load()
+            except Exception as exc:  # a broken plug-in must not break the built-ins
+                warnings.warn(f"reader plug-in {ep.name!r} failed to load: {exc}", stacklevel=2)
+    except Exception:  # pragma: no cover - importlib.metadata quirks
+        pass
+
+
+def formats() -> dict[str, Reader]:
+    """All registered readers by name."""
+    _load()
+    return dict(REGISTRY)
+
+
+def _describe_formats() -> str:
+    return ", ".join(f"{r.name} ({r.description})" if r.description else r.name for r in REGISTRY.values())
+
+
+def sniff(path: str | os.PathLike[str]) -> str:
+    """Name of the first registered reader whose ``sniff`` accepts ``path``."""
+    _load()
+    path = Path(path)
+    if not path.exists():
+        raise ReadError(path, "file not found")
+    if path.is_dir():
+        raise ReadError(path, "is a directory; use analysis.read_many() for run directories")
+    if path.stat().st_size == 0:
+        raise ReadError(path, "file is empty (0 bytes)")
+    for reader in REGISTRY.values():
+        try:
+            if reader.sniff(path):
+                return reader.name
+        except Exception:  # sniff must be cheap and total; a failing sniff means "not mine"
+            continue
+    raise UnknownFormatError(
+        path, "not a format scalescope knows. Known formats: " + _describe_formats()
+    )
+
+
+def cache_dir() -> Path:
+    """Where parsed frames are cached: ``$SCALESCOPE_CACHE`` or ``~/.cache/scalescope``."""
+    env = os.environ.get("SCALESCOPE_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "scalescope"
+
+
+def _cache_key(path: Path, reader: Reader, run_id: str | None) -> str:
+    st = path.stat()
+    key = "|".join(
+        map(
+            str,
+            (path.resolve(), st.st_size, st.st_mtime_ns, reader.name, reader.version,
+             CACHE_VERSION, run_id),
+        )
+    )
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _restore_dtypes(df: pd.DataFrame, reader: Reader) -> pd.DataFrame:
+    columns = schema.EVENT_COLUMNS if reader.kind == "events" else schema.SAMPLE_COLUMNS
+    for col, dtype in columns.items():
+        if dtype == "category" and not isinstance(df[col].dtype, pd.CategoricalDtype):
+            df[col] = schema._as_category(df[col].astype(object).where(df[col].notna(), None), len(df))
+        elif dtype == "category":
+            cats = df[col].cat.categories
+            if cats.dtype != object:
+                df[col] = df[col].cat.set_categories(cats.astype(object))
+        elif str(df[col].dtype) != dtype:
+            df[col] = df[col].astype(dtype)
+    return df
+
+
+def read(
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    *,
+    run_id: str | None = None,
+    cache: bool | None = None,
+    **options: object,
+) -> pd.DataFrame:
+    """Read one file into the tidy event (or sample) schema.
+
+    Parameters
+    ----------
+    path
+        The file. Compressed ``.gz`` files are handled by the readers that accept them.
+    format
+        A registered reader name (see :func:`formats`); sniffed when ``None``.
+    run_id
+        Value for the ``run_id`` column; defaults to the file name without suffixes.
+    cache
+        Cache the parsed frame as Parquet keyed by path, size and mtime. ``None`` (default)
+        caches files of at least 1 MiB. The cache lives in :func:`cache_dir`.
+    **options
+        Passed to the reader.
+
+    Raises
+    ------
+    UnknownFormatError
+        When no reader recognises the file; the message lists the known formats.
+    ReadError
+        For any damaged or unreadable input, naming the file and the problem.
+    """
+    _load()
+    path = Path(path)
+    if format is None:
+        format = sniff(path)
+    elif format not in REGISTRY:
+        raise UnknownFormatError(path, f"unknown format {format!r}. Known formats: {_describe_formats()}")
+    reader = REGISTRY[format]
+    if not path.exists():
+        raise ReadError(path, "file not found")
+    use_cache = cache if cache is not None else path.stat().st_size >= CACHE_MIN_BYTES
+    use_cache = use_cache and not options
+    cached = None
+    if use_cache:
+        cached = cache_dir() / f"{_cache_key(path, reader, run_id)}.parquet"
+        if cached.exists():
+            try:
+                return _restore_dtypes(pd.read_parquet(cached), reader)
+            except Exception:  # a damaged cache entry is rebuilt, never trusted
+                cached.unlink(missing_ok=True)
+    df = reader.read(path, run_id=run_id, **options)
+    if reader.kind == "events":
+        schema.validate_events(df)
+    else:
+        schema.validate_samples(df)
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+            df.to_parquet(tmp, index=False)
+            os.replace(tmp, cached)
+        except OSError as exc:
+            warnings.warn(f"could not write the parse cache in {cached.parent}: {exc}", stacklevel=2)
+    return df
+
+
+def default_run_id(path: Path) -> str:
+    """The file name without its suffixes (``rank0.pt.trace.json.gz`` -> ``rank0``)."""
+    name = path.name
+    for suffix in (".gz", ".json", ".sqlite", ".csv", ".nvprof", ".nvvp", ".trace", ".pt", ".jsonl"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name or path.name
+
+
+def _expand(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise ReadError(p, "file or directory not found")
+        out.append(p)
+    return out
+
+
+def read_many(
+    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    kind: Literal["events", "samples"] = "events",
+    cache: bool | None = None,
+) -> pd.DataFrame:
+    """Read per-rank file sets, directories and scalescope run directories into one frame.
+
+    A directory holding a ``run.json`` is a scalescope run directory: its per-rank traces,
+    Horovod timeline and samples are read with the run's manifest (rank, host, clock
+    offsets). Any other directory is searched recursively for files a reader recognises;
+    files no reader knows are listed in one warning, never silently dropped.
+
+    Parameters
+    ----------
+    paths
+        Files and/or directories.
+    format
+        Force one reader for every file (not for run directories).
+    kind
+        ``"events"`` or ``"samples"``: which table to return.
+    """
+    _load()
+    frames: list[pd.DataFrame] = []
+    unknown: list[Path] = []
+    for p in _expand(paths):
+        if p.is_dir() and (p / "run.json").exists():
+            from analysis.readers import scalescope as own
+
+            frames.append(own.read_run_dir(p, kind=kind))
+            continue
+        if p.is_dir():
+            runs = sorted(d.parent for d in p.rglob("run.json"))
+            if runs:
+                for d in runs:
+                    from analysis.readers import scalescope as own
+
+                    frames.append(own.read_run_dir(d, kind=kind))
+                continue
+            files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+        else:
+            files = [p]
+        for f in files:
+            fmt = format
+            if fmt is None:
+                try:
+                    fmt = sniff(f)
+                except UnknownFormatError:
+                    unknown.append(f)
+                    continue
+                except ReadError:
+                    unknown.append(f)
+                    continue
+            if REGISTRY[fmt].kind != kind:
+                continue
+            frames.append(read(f, fmt, cache=cache))
+    if unknown:
+        shown = ", ".join(str(u) for u in unknown[:10])
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        warnings.warn(f"skipped {len(unknown)} file(s) no reader recognises: {shown}{more}", stacklevel=2)
+    if not frames:
+        return schema.empty_events() if kind == "events" else schema.empty_samples()
+    return schema.concat(frames)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# System packages scalescope uses beyond Python: Open MPI (Horovod's MPI controller and
+# mpirun) and Chromium (kaleido's static figure export). Installs them with apt-get when run
+# as root on Debian/Ubuntu and they are missing; otherwise says what to install and what a
+# missing piece disables. Never fails the set-up: everything it installs is optional.
+set -uo pipefail
+say() { printf '[system_deps] %s\n' "$*"; }
+need=()
+command -v mpicxx >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
+chromium_found=0
+for b in chromium chromium-browser google-chrome google-chrome-stable; do
+  command -v "$b" >/dev/null 2>&1 && chromium_found=1
+done
+[[ $chromium_found == 1 ]] || need+=(chromium)
+(( ${#need[@]} )) || exit 0
+if [[ "$(id -u)" == 0 && -z "${SCALESCOPE_NO_APT:-}" ]] && command -v apt-get >/dev/null 2>&1; then
+  say "installing ${need[*]} with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  if apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1; then
+    say "installed ${need[*]}"
+  else
+    say "WARNING: apt-get could not install ${need[*]}"
+  fi
+else
+  say "missing system packages: ${need[*]}"
+  say "  openmpi: without it Horovod builds with Gloo only (no horovod-mpi backend)."
+  say "    Debian/Ubuntu: sudo apt-get install openmpi-bin libopenmpi-dev; on a cluster: module load openmpi"
+  say "  chromium: without it figures export as HTML only (no PDF/SVG/PNG through kaleido)."
+  say "    Debian/Ubuntu: sudo apt-get install chromium; elsewhere install Chrome and set BROWSER_PATH"
+fi
+exit 0
