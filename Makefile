@@ -50,8 +50,13 @@ $(STAMPS)/dev: pyproject.toml $(STAMPS)/base
 	$(PY) -m pip install -q -e ".[train,notebooks,dev]"
 	touch $@
 
+# Nsight Systems CLI into .tools/ (from Debian's non-free archive, without changing apt sources)
+$(STAMPS)/nsys: scripts/install_nsys.sh | $(PY)
+	bash scripts/install_nsys.sh
+	touch $@
+
 setup: $(STAMPS)/base $(STAMPS)/system $(STAMPS)/horovod
-setup-dev: setup $(STAMPS)/dev
+setup-dev: setup $(STAMPS)/dev $(STAMPS)/nsys
 
 demo: setup
 	$(VENV)/bin/scalescope demo --out $(EXP)

@@ -43,7 +43,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         from instrumentation import sweep
     except ImportError as exc:  # the launcher is optional on an analysis-only install
         p = sub.add_parser("sweep", help=f"(unavailable: {exc})")
-        p.set_defaults(func=lambda args: _unavailable("sweep", exc))
+        p.set_defaults(func=lambda args, err=exc: _unavailable("sweep", err))
         return
     p = sub.add_parser(
         "sweep",
@@ -63,7 +63,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     try:
         from analysis import report
     except ImportError as exc:
-        p.set_defaults(func=lambda args: _unavailable("report", exc))
+        p.set_defaults(func=lambda args, err=exc: _unavailable("report", err))
         return
     report.add_arguments(p)
     p.set_defaults(func=report.run)

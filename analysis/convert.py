@@ -58,7 +58,7 @@ def main(paths: list[str], *, to: str = "parquet", out: str | None = None, forma
             for w in caught:
                 print(f"warning: {w.message}", file=sys.stderr)
             for w in written:
-                n = len(pd.read_parquet(w)) if to == "parquet" else sum(1 for _ in open(w)) - 1
+                n = len(pd.read_parquet(w) if to == "parquet" else pd.read_csv(w))
                 print(f"{p} -> {w} ({n:,} rows)")
         except ScalescopeError as exc:
             failures += 1

@@ -95,9 +95,9 @@ def find_nsys() -> str | None:
     env = os.environ.get("SCALESCOPE_NSYS")
     if env and Path(env).exists():
         return env
-    root = Path(__file__).resolve().parents[1] / ".tools"
-    for cand in sorted(root.glob("**/bin/nsys")) if root.exists() else []:
-        return str(cand)
+    local = Path(__file__).resolve().parents[1] / ".tools" / "bin" / "nsys"
+    if local.exists():
+        return str(local)
     return shutil.which("nsys")
 
 

@@ -167,6 +167,14 @@ def _restore_dtypes(df: pd.DataFrame, reader: Reader) -> pd.DataFrame:
     return df
 
 
+def _sorted(df: pd.DataFrame, reader: Reader) -> pd.DataFrame:
+    """Every frame from :func:`read` is in time order (stable, so ties keep file order)."""
+    col = "start_ns" if reader.kind == "events" else "ts_ns"
+    if col in df.columns and not df[col].is_monotonic_increasing:
+        df = df.sort_values(col, kind="stable", ignore_index=True)
+    return df
+
+
 def read(
     path: str | os.PathLike[str],
     format: str | None = None,
@@ -217,7 +225,7 @@ def read(
                 return _restore_dtypes(pd.read_parquet(cached), reader)
             except Exception:  # a damaged cache entry is rebuilt, never trusted
                 cached.unlink(missing_ok=True)
-    df = reader.read(path, run_id=run_id, **options)
+    df = _sorted(reader.read(path, run_id=run_id, **options), reader)
     if reader.kind == "events":
         schema.validate_events(df)
     else:
