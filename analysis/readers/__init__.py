@@ -230,7 +230,7 @@ def read(
         schema.validate_events(df)
     else:
         schema.validate_samples(df)
-    if cached is not None:
+    if cached is not None and len(df):  # empty frames are cheap to rebuild
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_suffix(f".{os.getpid()}.tmp")
