@@ -1,0 +1,529 @@
+"""Reader for scalescope's own files: per-rank traces, samples, epochs, run directories.
+
+Registered formats:
+
+* ``scalescope_trace``: one ``rank-NNNNN.trace.json`` (events). Phases become kind
+  ``phase`` (cat ``phase``, ``name`` the phase); DDP comm-hook records kind ``comm`` (cat
+  ``ddp_hook``, ``tensor`` = ``bucketI``, ``bytes``); instants kind ``marker``; other
+  complete events kind ``range``. ``start_ns`` is the epoch ns on the rank's own clock,
+  parsed exactly from the µs decimal string (no float rounding).
+* ``scalescope_samples``: one ``samples-<host>.csv`` (samples), GPU or CPU columns.
+
+:func:`read_run_dir` reads a whole run directory (``analysis.read_many`` calls it for any
+directory with a ``run.json``): every rank's trace with rank / local rank / host / device
+from the manifest and the clock offsets of ``run.json`` applied (so every rank is on rank
+0's clock), the Horovod timeline through the ``horovod`` reader when present, or the
+samples. :func:`read_manifest` validates ``run.json``; :func:`read_epochs` reads the
+per-rank epoch metrics.
+
+A trace cut off by a killed rank (no closing ``]``, maybe half a record) loads with one
+:class:`~analysis.errors.RecoveryWarning` saying how many bytes were dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import schema
+from analysis._io import head, read_bytes
+from analysis.errors import ReadError, RecoveryWarning
+from analysis.readers import REGISTRY, default_run_id, register
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_VERSION",
+    "read_epochs",
+    "read_manifest",
+    "read_run_dir",
+    "read_samples",
+    "read_trace",
+    "sniff_samples",
+    "sniff_trace",
+]
+
+MANIFEST_FORMAT = "scalescope.run"
+#: Newest run-directory / trace format version this reader understands.
+MANIFEST_VERSION = 1
+TRACE_VERSION = 1
+
+_GPU_HEADER = ("ts_ns,host,device,util_gpu_pct,util_mem_pct,mem_used_mib,mem_total_mib,"
+               "power_w,temp_c,sm_clock_mhz")
+_CPU_HEADER = "ts_ns,host,cpu_core,rank,cpu_util_pct,rss_mib"
+
+
+# -- sniffing ----------------------------------------------------------------------------------
+def sniff_trace(path: Path) -> bool:
+    """A scalescope trace names its ``scalescope_clock`` record in its first lines."""
+    return b'"scalescope_clock"' in head(Path(path), 4096)
+
+
+def sniff_samples(path: Path) -> bool:
+    """A scalescope samples CSV starts with the header ``ts_ns,host,``."""
+    return head(Path(path), 64).startswith(b"ts_ns,host,")
+
+
+# -- trace -------------------------------------------------------------------------------------
+def _us_to_ns(value: object, path: Path, what: str) -> int:
+    """A µs value as written (string from ``parse_float=str``, or int) -> exact int ns."""
+    if isinstance(value, bool) or value is None:
+        raise ReadError(path, f"{what} is {value!r}, expected a number of µs")
+    if isinstance(value, int):
+        return value * 1000
+    s = str(value)
+    try:
+        neg = s.startswith("-")
+        if neg:
+            s = s[1:]
+        if "e" in s or "E" in s:  # not written by us; exact enough through Decimal
+            from decimal import Decimal
+
+            ns = int((Decimal(s) * 1000).to_integral_value())
+        else:
+            whole, _, frac = s.partition(".")
+            frac3 = (frac + "000")[:3]
+            ns = int(whole or "0") * 1000 + int(frac3)
+            if len(frac) > 3 and int(frac[3]) >= 5:  # sub-ns digits: round half up
+                ns += 1
+        return -ns if neg else ns
+    except ValueError:
+        raise ReadError(path, f"{what} {value!r} is not a number") from None
+
+
+def _load_records(path: Path) -> tuple[list, int, bool]:
+    """Parse the JSON array, tolerating a missing ``]`` and a half-written last record.
+
+    Returns ``(records, bytes_dropped, closed)``.
+    """
+    raw = read_bytes(path)
+    body = raw.rstrip()
+    if not body.lstrip().startswith(b"["):
+        raise ReadError(path, "not a scalescope trace: it does not start with a JSON array '['")
+    if body.endswith(b"]"):
+        try:
+            recs = json.loads(body, parse_float=str)
+            if isinstance(recs, list):
+                return recs, 0, True
+        except ValueError:
+            pass  # e.g. a trailing comma before ']': recover below
+        body = body[:-1].rstrip()
+    # Unterminated: cut back to the end of the last complete line-record.
+    pos = len(body)
+    while pos > 0:
+        prefix = body[:pos].rstrip()
+        if prefix.endswith((b"}", b"},")):
+            candidate = prefix.rstrip(b",") + b"\n]"
+            try:
+                recs = json.loads(candidate, parse_float=str)
+            except ValueError:
+                recs = None
+            if isinstance(recs, list):
+                # what follows the last complete record, whitespace aside, is lost
+                return recs, len(raw[len(prefix):].strip()), False
+        nl = body.rfind(b"\n", 0, pos)
+        if nl < 0:
+            break
+        pos = nl
+    if body.strip() == b"[":
+        return [], len(raw) - len(body), False
+    raise ReadError(path, "not valid JSON and no complete record could be recovered")
+
+
+def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
+    recs, dropped, closed = _load_records(path)
+    clock = next((r.get("args") for r in recs if isinstance(r, dict)
+                  and r.get("name") == "scalescope_clock" and r.get("ph") == "M"), None)
+    if not isinstance(clock, dict):
+        raise ReadError(path, "no scalescope_clock metadata record: not a scalescope trace "
+                        "(or cut off before its header)")
+    version = clock.get("format_version", 1)
+    if not isinstance(version, int) or version > TRACE_VERSION:
+        raise ReadError(path, f"trace format_version {version!r} is newer than this reader "
+                        f"understands ({TRACE_VERSION}); upgrade scalescope")
+    end = next((r.get("args") for r in recs if isinstance(r, dict)
+                and r.get("name") == "scalescope_end"), None)
+    if not closed or dropped:
+        warnings.warn(
+            f"{path}: trace is not terminated (the rank did not finish cleanly, e.g. it was "
+            f"killed); {dropped:,} byte(s) of a half-written last record were dropped, "
+            f"{sum(1 for r in recs if isinstance(r, dict) and r.get('ph') != 'M'):,} "
+            "complete event(s) kept",
+            RecoveryWarning,
+            stacklevel=3,
+        )
+    cols: dict[str, list] = {k: [] for k in (
+        "tid", "name", "kind", "cat", "start_ns", "dur_ns", "step", "epoch", "bytes", "tensor")}
+    skipped: dict[str, int] = {}
+    for r in recs:
+        if not isinstance(r, dict):
+            skipped["non-object"] = skipped.get("non-object", 0) + 1
+            continue
+        ph = r.get("ph")
+        if ph == "M":
+            continue
+        if ph not in ("X", "i", "I"):
+            skipped[str(ph)] = skipped.get(str(ph), 0) + 1
+            continue
+        args = r.get("args") or {}
+        rcat = r.get("cat")
+        if ph == "X":
+            if rcat == "phase":
+                kind, cat = "phase", "phase"
+            elif rcat == "comm":
+                kind, cat = "comm", "ddp_hook"
+            else:
+                kind, cat = "range", rcat
+            dur = _us_to_ns(r.get("dur", 0), path, "dur")
+        else:
+            kind, cat, dur = "marker", rcat, 0
+        cols["tid"].append(r.get("tid"))
+        cols["name"].append(str(r.get("name")))
+        cols["kind"].append(kind)
+        cols["cat"].append(cat)
+        cols["start_ns"].append(_us_to_ns(r.get("ts"), path, "ts"))
+        cols["dur_ns"].append(max(dur, 0))
+        cols["step"].append(args.get("step"))
+        cols["epoch"].append(args.get("epoch"))
+        cols["bytes"].append(args.get("bytes"))
+        bucket = args.get("bucket")
+        cols["tensor"].append(None if bucket is None or kind != "comm" else f"bucket{bucket}")
+    if skipped:
+        warnings.warn(
+            f"{path}: ignored {sum(skipped.values())} record(s) of types scalescope does not "
+            f"write ({', '.join(f'{k}: {v}' for k, v in sorted(skipped.items()))})",
+            RecoveryWarning,
+            stacklevel=3,
+        )
+    n = len(cols["name"])
+    df = schema.make_events(
+        n,
+        run_id=run_id or default_run_id(path),
+        rank=int(clock.get("rank", 0)),
+        local_rank=clock.get("local_rank"),
+        host=clock.get("host"),
+        pid=clock.get("os_pid"),
+        source="scalescope_trace",
+        **{k: (pd.array(v, dtype="object") if k in ("step", "epoch", "bytes", "tid") else v)
+           for k, v in cols.items()},
+    )
+    if n:
+        order = np.lexsort((-df["dur_ns"].to_numpy(), df["start_ns"].to_numpy()))
+        df = df.iloc[order].reset_index(drop=True)
+    info = {"clock": clock, "end": end, "closed": closed, "bytes_dropped": dropped}
+    return df, info
+
+
+def read_trace(path: str | os.PathLike[str], *, run_id: str | None = None) -> pd.DataFrame:
+    """Read one ``rank-NNNNN.trace.json`` into the event schema (times on the rank's clock).
+
+    Parameters
+    ----------
+    path
+        The trace (optionally gzipped).
+    run_id
+        Value of the ``run_id`` column; default the file name without suffixes.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Event schema, sorted by ``start_ns`` (longer spans first on ties); ``kind`` is
+        ``phase``, ``comm``, ``marker`` or ``range``.
+    """
+    df, _ = _parse_trace(Path(path), run_id)
+    return df
+
+
+# -- samples -----------------------------------------------------------------------------------
+def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> pd.DataFrame:
+    """Read one ``samples-<host>.csv`` into the sample schema.
+
+    A last line cut off by a killed sampler is dropped with a :class:`RecoveryWarning`.
+    """
+    path = Path(path)
+    raw = read_bytes(path)
+    text = raw.decode("utf-8", errors="strict") if raw else ""
+    header, _, rest = text.partition("\n")
+    header = header.strip()
+    if header not in (_GPU_HEADER, _CPU_HEADER):
+        raise ReadError(path, f"unexpected header {header[:120]!r}; expected {_GPU_HEADER!r} "
+                        f"or {_CPU_HEADER!r}")
+    if rest and not rest.endswith("\n"):
+        cut = rest.rfind("\n") + 1
+        lost = len(rest) - cut
+        warnings.warn(f"{path}: last line is incomplete (the sampler was killed mid-write); "
+                      f"dropped {lost} byte(s) of 1 partial row", RecoveryWarning, stacklevel=3)
+        rest = rest[:cut]
+    names = header.split(",")
+    if rest.strip():
+        from io import StringIO
+
+        try:
+            df = pd.read_csv(StringIO(rest), header=None, names=names,
+                             dtype={"host": "object"}, keep_default_na=True)
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise ReadError(path, f"malformed CSV rows: {exc}") from None
+    else:
+        df = pd.DataFrame({c: [] for c in names})
+    n = len(df)
+    try:
+        ts = pd.to_numeric(df["ts_ns"], errors="raise").astype("int64")
+    except (ValueError, TypeError):
+        raise ReadError(path, "ts_ns has non-integer values") from None
+    metrics = {c: pd.to_numeric(df[c], errors="coerce") for c in names
+               if c in schema.SAMPLE_METRICS}
+
+    def _ints(col: str) -> object:
+        if col not in df:
+            return None
+        return pd.array(pd.to_numeric(df[col], errors="coerce").astype("Float64").round(),
+                        dtype="Float64").astype("Int64").to_numpy(dtype=object, na_value=None)
+
+    out = schema.make_samples(
+        n,
+        run_id=run_id or default_run_id(path),
+        host=df["host"].astype(object).where(df["host"].notna(), None).tolist(),
+        device=_ints("device"),
+        cpu_core=_ints("cpu_core"),
+        rank=_ints("rank"),
+        ts_ns=ts.to_numpy(),
+        source="scalescope_samples",
+        **{k: v.to_numpy(dtype=float) for k, v in metrics.items()},
+    )
+    return out
+
+
+# -- run directory -----------------------------------------------------------------------------
+def read_manifest(path: str | os.PathLike[str]) -> dict:
+    """Read and validate ``run.json`` (``path`` is the file or its run directory).
+
+    Raises
+    ------
+    ReadError
+        When the file is missing, not JSON, not a scalescope run manifest, or of a newer
+        ``format_version`` than this reader (the message names both versions).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "run.json"
+    raw = read_bytes(path)
+    try:
+        m = json.loads(raw)
+    except ValueError as exc:
+        raise ReadError(path, f"not valid JSON: {exc}") from None
+    if not isinstance(m, dict):
+        raise ReadError(path, "run manifest is not a JSON object")
+    if m.get("format") != MANIFEST_FORMAT:
+        raise ReadError(path, f"format is {m.get('format')!r}, expected {MANIFEST_FORMAT!r}")
+    v = m.get("format_version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ReadError(path, f"format_version {v!r} is not a positive integer")
+    if v > MANIFEST_VERSION:
+        raise ReadError(path, f"format_version {v} is newer than this scalescope reads "
+                        f"(up to {MANIFEST_VERSION}); upgrade scalescope")
+    return m
+
+
+def _offsets(manifest: dict) -> dict[int, int]:
+    clock = manifest.get("clock") or {}
+    out = {}
+    for k, v in (clock.get("offsets_ns") or {}).items():
+        try:
+            out[int(k)] = int(v)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def _trace_files(run_dir: Path) -> list[Path]:
+    files = [p for p in run_dir.iterdir()
+             if p.name.startswith("rank-") and p.name.endswith((".trace.json", ".trace.json.gz"))]
+    return sorted(files)
+
+
+def read_run_dir(
+    path: str | os.PathLike[str],
+    *,
+    kind: str = "events",
+    run_id: str | None = None,
+) -> pd.DataFrame:
+    """Read a scalescope run directory into one event (or sample) frame.
+
+    Parameters
+    ----------
+    path
+        The run directory (holding ``run.json``).
+    kind
+        ``"events"``: every rank's trace plus the Horovod timeline; ``"samples"``: every
+        ``samples-*.csv``.
+    run_id
+        Defaults to ``run.json``'s ``run_id``, else the directory name.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Event or sample schema. Times are on rank 0's clock: each rank's ``start_ns`` (and
+        each node sampler's ``ts_ns``) has ``clock.offsets_ns[rank]`` added. ``rank``,
+        ``local_rank``, ``host`` and ``device`` come from the manifest.
+
+    Notes
+    -----
+    A rank listed in ``run.json`` without a trace, or a trace of a killed rank, gives a
+    :class:`RecoveryWarning`. The Horovod timeline needs the ``horovod`` reader; if it
+    is not registered the timeline is skipped with a warning.
+    """
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise ReadError(run_dir, "not a directory")
+    manifest = read_manifest(run_dir)
+    run_id = run_id or manifest.get("run_id") or run_dir.name
+    offsets = _offsets(manifest)
+    ranks = {int(r["rank"]): r for r in manifest.get("ranks") or [] if "rank" in r}
+    frames: list[pd.DataFrame] = []
+    if kind == "samples":
+        hosts = ((manifest.get("sampler") or {}).get("hosts")) or {}
+        for f in sorted(run_dir.glob("samples-*.csv")):
+            df = read_samples(f, run_id=run_id)
+            host = next((h for h, s in hosts.items() if s.get("file") == f.name), None)
+            rank = hosts[host].get("rank") if host is not None else None
+            if rank is not None and offsets.get(int(rank)):
+                df["ts_ns"] = df["ts_ns"] + offsets[int(rank)]
+            frames.append(df)
+        if not frames:
+            return schema.empty_samples()
+        return schema.validate_samples(schema.concat(frames))
+    if kind != "events":
+        raise ValueError(f"kind must be 'events' or 'samples', not {kind!r}")
+    seen = set()
+    for f in _trace_files(run_dir):
+        df, info = _parse_trace(f, run_id)
+        rank = int(info["clock"].get("rank", 0))
+        seen.add(rank)
+        if offsets.get(rank):
+            df["start_ns"] = df["start_ns"] + offsets[rank]
+        r = ranks.get(rank)
+        if r is not None and len(df):
+            if r.get("host") is not None:
+                df["host"] = schema._as_category(r["host"], len(df))
+            if r.get("local_rank") is not None:
+                df["local_rank"] = pd.array([int(r["local_rank"])] * len(df), dtype="Int32")
+            if r.get("device") is not None:
+                df["device"] = pd.array([int(r["device"])] * len(df), dtype="Int16")
+        frames.append(df)
+    missing = sorted(set(ranks) - seen)
+    if missing:
+        warnings.warn(f"{run_dir}: no trace for rank(s) {missing} listed in run.json",
+                      RecoveryWarning, stacklevel=2)
+    timeline = run_dir / "horovod_timeline.json"
+    if timeline.exists():
+        for tl in _read_timeline(timeline, run_id):
+            frames.append(_fill_hosts(tl, ranks))
+    if not frames:
+        return schema.empty_events()
+    out = schema.concat(frames)
+    return schema.validate_events(out)
+
+
+def _fill_hosts(df: pd.DataFrame, ranks: dict[int, dict]) -> pd.DataFrame:
+    """Host and local rank from the manifest for rows that name a rank but no host."""
+    if not len(df) or not ranks:
+        return df
+    need = df["rank"].notna() & df["host"].isna()
+    if not need.any():
+        return df
+    df = df.copy()
+    r = df.loc[need, "rank"].astype(int)
+    hosts = df["host"].astype(object).where(df["host"].notna(), None)
+    hosts.loc[need] = r.map(lambda k: (ranks.get(k) or {}).get("host")).to_numpy()
+    df["host"] = schema._as_category(hosts.tolist(), len(df))
+    lr = df["local_rank"].astype(object)
+    lr.loc[need & df["local_rank"].isna()] = r.map(
+        lambda k: (ranks.get(k) or {}).get("local_rank")).to_numpy()
+    df["local_rank"] = pd.array(lr.tolist(), dtype="Int32")
+    return df
+
+
+def _read_timeline(path: Path, run_id: str) -> list[pd.DataFrame]:
+    if "horovod" not in REGISTRY:
+        try:
+            import analysis.readers.horovod  # noqa: F401
+        except ModuleNotFoundError as exc:
+            if exc.name != "analysis.readers.horovod":
+                raise
+    if "horovod" not in REGISTRY:
+        warnings.warn(f"{path}: skipped, the 'horovod' reader is not available",
+                      RecoveryWarning, stacklevel=3)
+        return []
+    if path.stat().st_size == 0:
+        # Horovod >= 0.20.1 writes '[' only with its first event: an empty file is a
+        # timeline that recorded nothing.
+        warnings.warn(f"{path}: empty (Horovod recorded no timeline events); skipped",
+                      RecoveryWarning, stacklevel=3)
+        return []
+    from analysis.readers import read
+
+    return [read(path, "horovod", run_id=run_id)]
+
+
+def read_epochs(path: str | os.PathLike[str], *, run_id: str | None = None) -> pd.DataFrame:
+    """Per-rank epoch metrics of a run directory (all ``rank-*.epochs.jsonl``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (rank, epoch): ``run_id``, ``rank``, ``epoch``, ``epoch_time_s``,
+        ``samples``, ``train_loss``, ``val_loss``, ``val_metric``, ``peak_mem_mib``,
+        ``peak_mem_kind`` (``cuda`` or ``rss``), ``wall_ns``. A half-written last line
+        is dropped with a :class:`RecoveryWarning`.
+    """
+    run_dir = Path(path)
+    if run_id is None:
+        run_id = (read_manifest(run_dir).get("run_id") if (run_dir / "run.json").exists()
+                  else None) or run_dir.name
+    cols = ["rank", "epoch", "epoch_time_s", "samples", "train_loss", "val_loss",
+            "val_metric", "peak_mem_mib", "peak_mem_kind", "wall_ns"]
+    rows = []
+    for f in sorted(run_dir.glob("rank-*.epochs.jsonl")):
+        lines = read_bytes(f).split(b"\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                if i == len(lines) - 1:
+                    warnings.warn(f"{f}: dropped a half-written last line ({len(line)} bytes)",
+                                  RecoveryWarning, stacklevel=2)
+                    continue
+                raise ReadError(f, f"line {i + 1} is not valid JSON") from None
+            rows.append({c: obj.get(c) for c in cols})
+    df = pd.DataFrame(rows, columns=cols)
+    df.insert(0, "run_id", run_id)
+    for c in ("rank", "epoch", "samples"):
+        df[c] = pd.array(df[c].tolist(), dtype="Int64")
+    for c in ("epoch_time_s", "train_loss", "val_loss", "val_metric", "peak_mem_mib"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    df["wall_ns"] = pd.array(df["wall_ns"].tolist(), dtype="Int64")
+    return df.sort_values(["rank", "epoch"], kind="stable").reset_index(drop=True)
+
+
+register(
+    "scalescope_trace",
+    sniff=sniff_trace,
+    read=read_trace,
+    kind="events",
+    suffixes=(".trace.json",),
+    description="scalescope per-rank phase trace (rank-N.trace.json)",
+)
+register(
+    "scalescope_samples",
+    sniff=sniff_samples,
+    read=read_samples,
+    kind="samples",
+    suffixes=(".csv",),
+    description="scalescope NVML/CPU samples (samples-<host>.csv)",
+)

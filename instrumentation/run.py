@@ -1,0 +1,558 @@
+"""``init`` / ``finish``: set up and tear down one rank's recording.
+
+:func:`init` (after ``hvd.init()`` / ``dist.init_process_group()``) exchanges every rank's
+identity and clock with one all-gather, estimates clock offsets, opens this rank's trace,
+starts the node sampler on local rank 0, starts the Horovod timeline when asked, and has
+rank 0 write ``run.json``. :func:`finish` (also run at exit, on SIGTERM and after an
+uncaught exception) flushes and closes everything and has rank 0 update ``run.json``.
+Neither ever raises into the training script.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from instrumentation import horovod_timeline as _hvt
+from instrumentation import manifest as _mf
+from instrumentation import nvtx_ranges as _nvtx
+from instrumentation import phases as _ph
+from instrumentation._env import env_float, env_str, warn_once
+from instrumentation.clock import estimate_offsets, take_anchor
+from instrumentation.recorder import TraceRecorder
+from instrumentation.sampler import Sampler, probe_nvml
+
+__all__ = ["Run", "current_run", "finish", "init", "sweep_config"]
+
+
+class Run:
+    """One rank's view of the instrumented run (returned by :func:`init`)."""
+
+    def __init__(self) -> None:
+        self.run_dir: Path | None = None
+        self.run_id: str | None = None
+        self.rank = 0
+        self.local_rank = 0
+        self.world_size = 1
+        self.host = socket.gethostname()
+        self.framework = "none"
+        self.backend: str | None = None
+        self.manifest: dict | None = None  # rank 0 only
+        self.recorder: TraceRecorder | None = None
+        self.sampler: Sampler | None = None
+        self.hvd = None
+        self.timeline: dict | None = None
+        self.finished = False
+        self.status: str | None = None
+        self.owner_pid = os.getpid()
+
+    @property
+    def trace_path(self) -> Path | None:
+        return None if self.recorder is None else self.recorder.path
+
+    def finish(self, status: str = "ok") -> None:
+        finish(status=status)
+
+    def __repr__(self) -> str:
+        return (f"Run(run_dir={str(self.run_dir)!r}, rank={self.rank}, world_size="
+                f"{self.world_size}, framework={self.framework!r})")
+
+
+_RUN: Run | None = None
+_lock = threading.RLock()
+_exc_status: str | None = None
+_prev_excepthook = None
+_prev_sigterm = None
+
+
+def current_run() -> Run | None:
+    """The :class:`Run` of this process, or ``None`` before :func:`init`."""
+    return _RUN
+
+
+def sweep_config() -> dict:
+    """The configuration ``scalescope sweep`` passed in ``$SCALESCOPE_CONFIG`` (``{}`` if none)."""
+    raw = os.environ.get("SCALESCOPE_CONFIG")
+    if not raw:
+        return {}
+    try:
+        val = json.loads(raw)
+    except ValueError as exc:
+        warn_once("sweep-config", f"SCALESCOPE_CONFIG is not valid JSON ({exc}); ignored")
+        return {}
+    if not isinstance(val, dict):
+        warn_once("sweep-config", "SCALESCOPE_CONFIG is not a JSON object; ignored")
+        return {}
+    return val
+
+
+# -- framework detection ------------------------------------------------------------------------
+def _horovod():
+    hvd = sys.modules.get("horovod.torch")
+    if hvd is None:
+        return None
+    try:
+        return hvd if hvd.is_initialized() else None
+    except Exception:
+        return None
+
+
+def _dist():
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        import torch.distributed as dist
+
+        return dist if dist.is_available() and dist.is_initialized() else None
+    except Exception:
+        return None
+
+
+def _detect_framework(requested: str | None) -> str:
+    fw = requested or env_str("SCALESCOPE_FRAMEWORK")
+    if fw:
+        fw = fw.lower()
+        if fw not in ("horovod", "ddp", "none"):
+            warn_once("framework", f"unknown framework {fw!r}; detecting it instead")
+        else:
+            return fw
+    if _horovod() is not None:
+        return "horovod"
+    if _dist() is not None:
+        return "ddp"
+    return "none"
+
+
+class _Comm:
+    """rank/size/barrier/allgather for the framework in use (identity for ``none``)."""
+
+    def __init__(self, framework: str):
+        self.framework = framework
+        self.hvd = _horovod() if framework == "horovod" else None
+        self.dist = _dist() if framework == "ddp" else None
+        if framework == "horovod" and self.hvd is None:
+            raise RuntimeError("framework 'horovod' but Horovod is not initialised: call "
+                               "hvd.init() before instrumentation.init()")
+        if framework == "ddp" and self.dist is None:
+            raise RuntimeError("framework 'ddp' but torch.distributed is not initialised: call "
+                               "dist.init_process_group() before instrumentation.init()")
+
+    def rank(self) -> int:
+        if self.hvd is not None:
+            return int(self.hvd.rank())
+        if self.dist is not None:
+            return int(self.dist.get_rank())
+        return 0
+
+    def size(self) -> int:
+        if self.hvd is not None:
+            return int(self.hvd.size())
+        if self.dist is not None:
+            return int(self.dist.get_world_size())
+        return 1
+
+    def local_rank(self) -> int | None:
+        if self.hvd is not None:
+            return int(self.hvd.local_rank())
+        lr = os.environ.get("LOCAL_RANK")
+        if lr is not None and lr.isdigit():
+            return int(lr)
+        return 0 if self.dist is None else None
+
+    def backend(self) -> str | None:
+        env = os.environ.get("SCALESCOPE_BACKEND")
+        if env:
+            return env
+        try:
+            if self.hvd is not None:
+                if self.hvd.mpi_enabled():
+                    return "mpi"
+                if self.hvd.gloo_enabled():
+                    return "gloo"
+                return None
+            if self.dist is not None:
+                return str(self.dist.get_backend())
+        except Exception:
+            return None
+        return None
+
+    def barrier(self) -> None:
+        if self.hvd is not None:
+            self.hvd.barrier()
+        elif self.dist is not None:
+            self.dist.barrier()
+
+    def allgather(self, obj: object) -> list:
+        if self.hvd is not None:
+            return list(self.hvd.allgather_object(obj))
+        if self.dist is not None:
+            out: list = [None] * self.dist.get_world_size()
+            self.dist.all_gather_object(out, obj)
+            return out
+        return [obj]
+
+
+# -- init -----------------------------------------------------------------------------------------
+def _default_run_dir() -> Path:
+    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "python"
+    script = re.sub(r"[^A-Za-z0-9_.-]", "_", script) or "python"
+    return Path("runs") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _safe_host(host: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", host)
+
+
+def _device_info() -> dict:
+    d: dict[str, object] = {"device": None, "device_name": None, "gpu_uuid": None,
+                            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            i = torch.cuda.current_device()
+            d["device"] = int(i)
+            props = torch.cuda.get_device_properties(i)
+            d["device_name"] = props.name
+            uuid = getattr(props, "uuid", None)
+            d["gpu_uuid"] = None if uuid is None else str(uuid)
+    except Exception:
+        pass
+    return d
+
+
+def init(
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    framework: str | None = None,
+    config: dict | None = None,
+    tags: dict | None = None,
+    sample_interval_s: float = 0.1,
+    nvtx: bool | str = True,
+    horovod_timeline: bool = True,
+    flush_interval_s: float = 0.5,
+) -> Run:
+    """Start recording this rank (see ``docs/instrumentation.md``).
+
+    Parameters
+    ----------
+    run_dir
+        The run directory; default ``$SCALESCOPE_RUN_DIR``, else
+        ``./runs/<script>-<timestamp>`` (rank 0's choice, shared with every rank).
+    framework
+        ``"horovod"``, ``"ddp"`` or ``"none"``; default ``$SCALESCOPE_FRAMEWORK``, else
+        detected (Horovod initialised? ``torch.distributed`` initialised?).
+    config
+        Training configuration merged into ``run.json`` (``batch_size``, ``learning_rate``,
+        ``lr_scaling``, ``epochs``, ``dataset_size``, ``n_params``, ...).
+    tags
+        User tags (``run.json`` ``tags``).
+    sample_interval_s
+        Sampler period; ``$SCALESCOPE_SAMPLE_INTERVAL`` overrides; ``0`` disables sampling.
+    nvtx
+        ``True``: NVTX ranges when a tool is attached; ``"force"``: always; ``False``: never.
+    horovod_timeline
+        Start the Horovod timeline when ``HOROVOD_TIMELINE=DYNAMIC``.
+    flush_interval_s
+        Trace flush period (at most 1 s keeps the crash-safety promise).
+
+    Returns
+    -------
+    Run
+        This rank's run. A second call returns the first run with a warning.
+
+    Notes
+    -----
+    Collective: every rank must call it (one all-gather plus five barrier/all-gather rounds
+    for the clock offsets). Never raises: on an internal failure it warns and recording is
+    off (all other functions become no-ops).
+    """
+    global _RUN
+    with _lock:
+        if _RUN is not None and not _RUN.finished:
+            warn_once("init-twice", "init() called twice; keeping the first run")
+            return _RUN
+        run = Run()
+        try:
+            _init(run, run_dir=run_dir, framework=framework, config=config, tags=tags,
+                  sample_interval_s=sample_interval_s, nvtx=nvtx,
+                  horovod_timeline=horovod_timeline, flush_interval_s=flush_interval_s)
+        except Exception as exc:
+            if not isinstance(exc, _Unwritable):  # that one has already warned
+                warn_once("init", f"init failed ({exc!r}); recording is off, training goes on")
+            _ph.S.reset()
+            if run.recorder is not None:
+                run.recorder.close(status="init-failed")
+            run.finished = True
+        _RUN = run
+        return run
+
+
+def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx,
+          horovod_timeline, flush_interval_s) -> None:
+    start_time = _mf.iso_now()
+    fw = _detect_framework(framework)
+    comm = _Comm(fw)
+    run.framework = fw
+    run.hvd = comm.hvd
+    run.rank, run.world_size = comm.rank(), comm.size()
+    run.backend = comm.backend() if fw != "none" else None
+    anchor = take_anchor()
+    interval = env_float("SCALESCOPE_SAMPLE_INTERVAL", float(sample_interval_s))
+    proposed = run_dir or env_str("SCALESCOPE_RUN_DIR") or _default_run_dir()
+    nvml_ok, nvml_reason, nvml_devices = (False, "sampling disabled (interval 0)", [])
+    if interval > 0:
+        nvml_ok, nvml_reason, nvml_devices = probe_nvml()
+    try:
+        import psutil  # noqa: F401
+
+        have_psutil = True
+    except Exception:
+        have_psutil = False
+    me = {
+        "rank": run.rank, "local_rank": comm.local_rank(), "host": run.host,
+        "pid": os.getpid(), **_device_info(), "clock": anchor.as_dict(),
+        "_run_dir": str(Path(proposed).absolute()),
+        "_nvml": [nvml_ok, nvml_reason, nvml_devices], "_psutil": have_psutil,
+    }
+    infos = comm.allgather(me)
+    clock = (estimate_offsets(comm.barrier, comm.allgather) if run.world_size > 1 else
+             {"reference_rank": 0, "method": "single-process", "rounds": 0,
+              "offsets_ns": {}, "spread_ns": {}})
+    # local ranks where the launcher did not say (plain DDP without torchrun)
+    by_host: dict[str, list[dict]] = {}
+    for info in sorted(infos, key=lambda i: i["rank"]):
+        by_host.setdefault(info["host"], []).append(info)
+    for members in by_host.values():
+        for i, info in enumerate(members):
+            if info["local_rank"] is None:
+                info["local_rank"] = i
+    mine = next(i for i in infos if i["rank"] == run.rank)
+    run.local_rank = int(mine["local_rank"])
+    rank0 = next(i for i in infos if i["rank"] == 0)
+    run.run_dir = Path(rank0["_run_dir"])
+    run.run_id = env_str("SCALESCOPE_RUN_ID") or run.run_dir.name
+    problem = _unwritable(run.run_dir)
+    if problem:
+        warn_once(f"rundir:{run.run_dir}", f"cannot write to the run directory {run.run_dir} "
+                  f"({problem}); nothing is recorded for rank {run.rank}, training goes on")
+        raise _Unwritable()
+    # trace + epochs
+    S = _ph.S
+    S.reset()
+    run.recorder = TraceRecorder(
+        run.run_dir / f"rank-{run.rank:05d}.trace.json", rank=run.rank,
+        local_rank=run.local_rank, host=run.host, anchor=anchor,
+        flush_interval_s=min(float(flush_interval_s), 1.0),
+    )
+    S.rank = run.rank
+    S.epochs_path = run.run_dir / f"rank-{run.rank:05d}.epochs.jsonl"
+    ranges, nvtx_mode = _nvtx.setup(nvtx)
+    S.nvtx = ranges
+    S.rec = run.recorder
+    # sampler: local rank 0 of every node
+    samplers: dict[str, dict] = {}
+    for host, members in by_host.items():
+        lead = next((m for m in members if m["local_rank"] == 0), members[0])
+        ok, reason, devices = lead["_nvml"]
+        kind = None if interval <= 0 else "nvml" if ok else "cpu" if lead["_psutil"] else None
+        samplers[host] = {"rank": lead["rank"], "kind": kind, "file": f"samples-{_safe_host(host)}.csv"
+                          if kind else None, "nvml_unavailable_reason": reason,
+                          "devices": devices}
+    mine_s = samplers[run.host]
+    if mine_s["rank"] == run.rank and mine_s["kind"]:
+        pids = {m["rank"]: m["pid"] for m in by_host[run.host]}
+        run.sampler = Sampler(run.run_dir / mine_s["file"], host=run.host, kind=mine_s["kind"],
+                              interval_s=interval, pids=pids)
+        if not run.sampler.start():
+            run.sampler = None
+    # Horovod timeline
+    if comm.hvd is not None:
+        run.timeline = _hvt.start(comm.hvd, run.run_dir, enabled=horovod_timeline)
+    # handlers
+    _install_handlers()
+    # manifest (rank 0)
+    if run.rank == 0:
+        kinds = {s["kind"] for s in samplers.values()}
+        reasons = {s["nvml_unavailable_reason"] for s in samplers.values() if s["kind"] != "nvml"}
+        sampler = {
+            "kind": kinds.pop() if len(kinds) == 1 else "mixed",
+            "interval_s": interval if interval > 0 else None,
+            "nvml_unavailable_reason": "; ".join(sorted(r for r in reasons if r)) or None,
+            "hosts": samplers,
+        }
+        ranks = [{k: v for k, v in i.items() if not k.startswith("_")} for i in infos]
+        gpu = None
+        names = [r["device_name"] for r in ranks if r.get("device_name")]
+        if names:
+            gpu = {"model": names[0], "count": len(names),
+                   "per_node": max(len(m) for m in by_host.values())}
+        elif any(s["kind"] == "nvml" for s in samplers.values()):
+            devs = [d for s in samplers.values() for d in s["devices"]]
+            gpu = {"model": devs[0]["name"], "count": len(devs),
+                   "per_node": max(len(s["devices"]) for s in samplers.values())}
+        hvd_info = None
+        if comm.hvd is not None:
+            hvd_info = {"controller": run.backend, "version": _mf._dist_version("horovod"),
+                        "tensor_operation": _hvd_tensor_op(comm.hvd, run.backend)}
+        run.manifest = _mf.build_manifest(
+            run_id=run.run_id, ranks=ranks, framework=fw, backend=run.backend, config=config,
+            sweep=sweep_config() or None, tags=tags, sampler=sampler, clock=clock,
+            horovod=hvd_info, horovod_timeline=run.timeline,
+            nvtx={"domain": _nvtx.DOMAIN, "mode": nvtx_mode}, gpu=gpu,
+            versions_=_mf.versions(framework=fw, check_mpi=run.backend == "mpi"),
+            start_time=start_time,
+        )
+        _write_manifest(run)
+
+
+class _Unwritable(Exception):
+    """The run directory cannot be written (already warned)."""
+
+
+def _unwritable(run_dir: Path) -> str | None:
+    """``None`` when ``run_dir`` exists (or was created) and accepts a file, else why not."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".scalescope-probe-{os.getpid()}"
+        with open(probe, "w") as fh:
+            fh.write("x")
+        probe.unlink()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _hvd_tensor_op(hvd, controller: str | None) -> str | None:
+    env = os.environ.get("HOROVOD_GPU_OPERATIONS") or os.environ.get("HOROVOD_GPU_ALLREDUCE")
+    if env:
+        return env.lower()
+    try:
+        torch = sys.modules.get("torch")
+        if hvd.nccl_built() and torch is not None and torch.cuda.is_available():
+            return "nccl"
+    except Exception:
+        pass
+    return controller
+
+
+def _write_manifest(run: Run) -> None:
+    if run.manifest is None or run.run_dir is None:
+        return
+    try:
+        _mf.write_json_atomic(run.run_dir / "run.json", run.manifest)
+    except OSError as exc:
+        warn_once(f"manifest:{run.run_dir}", f"cannot write {run.run_dir / 'run.json'} "
+                  f"({exc.strerror or exc}); training goes on")
+    except Exception as exc:
+        warn_once("manifest", f"cannot write run.json: {exc!r}")
+
+
+# -- finish ---------------------------------------------------------------------------------------
+def finish(status: str = "ok") -> None:
+    """Flush and close this rank's recording; rank 0 updates ``run.json``.
+
+    Parameters
+    ----------
+    status
+        ``"ok"``, ``"failed"`` or ``"killed"``. At exit the status is ``"failed"`` when an
+        exception escaped the script.
+
+    Notes
+    -----
+    Local only (no collective): safe when other ranks have died. Idempotent.
+    """
+    run = _RUN
+    if run is None or run.finished or os.getpid() != run.owner_pid:
+        return
+    with _lock:
+        if run.finished:
+            return
+        run.finished = True
+        try:
+            _finish(run, status)
+        except Exception as exc:
+            warn_once("finish", f"finish failed: {exc!r}")
+
+
+def _finish(run: Run, status: str) -> None:
+    run.status = status
+    S = _ph.S
+    if status == "ok":
+        _ph.step_end()
+    if S.step_open and S.nvtx is not None:
+        try:
+            S.nvtx.pop()
+        except Exception:
+            pass
+    S.rec = None  # phases become no-ops from here on
+    S.nvtx = None
+    if run.hvd is not None:
+        _hvt.stop(run.hvd, run.timeline)
+    if run.sampler is not None:
+        run.sampler.stop()
+    if run.recorder is not None:
+        run.recorder.close(status=status)
+    if run.manifest is not None:
+        run.manifest["status"] = status
+        run.manifest["end_time"] = _mf.iso_now()
+        if run.sampler is not None and run.sampler.error:
+            run.manifest["sampler"]["error"] = run.sampler.error
+        if run.recorder is not None and not run.recorder.enabled:
+            run.manifest["trace_error"] = "rank 0 could not write its trace"
+        _write_manifest(run)
+
+
+def _atexit() -> None:
+    finish(status=_exc_status or "ok")
+
+
+def _excepthook(exc_type, exc, tb) -> None:
+    global _exc_status
+    _exc_status = "killed" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+    prev = _prev_excepthook or sys.__excepthook__
+    try:
+        prev(exc_type, exc, tb)
+    finally:
+        finish(status=_exc_status)
+
+
+def _sigterm(signum, frame) -> None:
+    finish(status="killed")
+    prev = _prev_sigterm
+    if callable(prev):
+        prev(signum, frame)
+    elif prev == signal.SIG_IGN:
+        return
+    else:  # default action: die of SIGTERM, as without us
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_handlers_installed = False
+
+
+def _install_handlers() -> None:
+    global _handlers_installed, _prev_excepthook, _prev_sigterm
+    if _handlers_installed:
+        return
+    _handlers_installed = True
+    atexit.register(_atexit)
+    _prev_excepthook = sys.excepthook
+    sys.excepthook = _excepthook
+    if threading.current_thread() is threading.main_thread():
+        try:
+            prev = signal.getsignal(signal.SIGTERM)
+            if prev is not _sigterm:
+                _prev_sigterm = prev
+                signal.signal(signal.SIGTERM, _sigterm)
+        except (ValueError, OSError) as exc:
+            warn_once("sigterm", f"cannot install the SIGTERM handler: {exc}")
