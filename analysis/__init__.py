@@ -5,7 +5,13 @@ Never imports torch or horovod: it runs on a laptop after the fact.
 
 from __future__ import annotations
 
-from analysis.errors import ReadError, RecoveryWarning, SchemaError, ScalescopeError, UnknownFormatError
+from analysis.errors import (
+    ReadError,
+    RecoveryWarning,
+    ScalescopeError,
+    SchemaError,
+    UnknownFormatError,
+)
 from analysis.readers import formats, read, read_many, register, sniff
 from analysis.schema import (
     EVENT_COLUMNS,

@@ -1,0 +1,544 @@
+"""Where the time of a training step goes (study 1).
+
+All shares are measured on unions of intervals: overlapping intervals are never added up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import ScalescopeError
+from analysis.metrics import _intervals as iv
+from analysis.metrics._common import NS_PER_S, end_ns, group_keys, plain, require_columns
+
+#: Step components in priority order: an instant covered by several phases counts for the
+#: first one listed (compute hides communication; an explicit ``sync`` wait beats the
+#: ``optimizer`` phase it may be nested in).
+COMPONENTS: tuple[str, ...] = ("data", "forward", "backward", "sync", "optimizer")
+#: Output column names of the components (the sync part is the exposed one).
+COMPONENT_COLUMNS: dict[str, str] = {
+    "data": "data_s",
+    "forward": "forward_s",
+    "backward": "backward_s",
+    "sync": "sync_exposed_s",
+    "optimizer": "optimizer_s",
+}
+SHARE_COLUMNS: tuple[str, ...] = (
+    "data_frac",
+    "forward_frac",
+    "backward_frac",
+    "sync_exposed_frac",
+    "optimizer_frac",
+    "other_frac",
+)
+
+_STEP_PHASES = ("data", "forward", "backward", "sync", "optimizer")
+
+
+def _phases(events: pd.DataFrame) -> pd.DataFrame:
+    require_columns(events, ("run_id", "rank", "kind", "name", "start_ns", "dur_ns", "step", "epoch"), "breakdown")
+    ph = events[plain(events["kind"]) == "phase"]
+    return ph.assign(name=plain(ph["name"]), run_id=plain(ph["run_id"]))
+
+
+def _windows_one(ph: pd.DataFrame) -> pd.DataFrame:
+    """Step windows of one (run, rank): from ``step`` phases, else from phase step numbers."""
+    steps = ph[ph["name"] == "step"]
+    if len(steps):
+        out = pd.DataFrame(
+            {
+                "epoch": steps["epoch"].to_numpy(),
+                "step": steps["step"].to_numpy(),
+                "step_start_ns": steps["start_ns"].to_numpy(np.int64),
+                "step_end_ns": end_ns(steps),
+            }
+        )
+        return out.sort_values("step_start_ns", kind="stable").reset_index(drop=True)
+    inner = ph[ph["name"].isin(_STEP_PHASES) & ph["step"].notna()]
+    if inner.empty:
+        return pd.DataFrame(columns=["epoch", "step", "step_start_ns", "step_end_ns"])
+    inner = inner.assign(end_ns=end_ns(inner), epoch=inner["epoch"].astype("Int64"))
+    g = inner.groupby(["epoch", "step"], dropna=False, sort=False)
+    out = g.agg(step_start_ns=("start_ns", "min"), last_end_ns=("end_ns", "max")).reset_index()
+    out = out.sort_values("step_start_ns", kind="stable").reset_index(drop=True)
+    # a step lasts until the next one of the same epoch starts; the last one of an epoch
+    # until its last phase ends
+    nxt = out["step_start_ns"].shift(-1)
+    next_epoch = out["epoch"].shift(-1).astype(object)
+    same = [
+        (a is pd.NA and b is pd.NA) or (a is not pd.NA and b is not pd.NA and a == b)
+        for a, b in zip(out["epoch"].astype(object), next_epoch, strict=False)
+    ]
+    same = np.asarray(same, dtype=bool) & nxt.notna().to_numpy()
+    end = out["last_end_ns"].to_numpy(np.int64).copy()
+    end[same] = nxt.to_numpy()[same].astype(np.int64)
+    out["step_end_ns"] = end
+    return out[["epoch", "step", "step_start_ns", "step_end_ns"]]
+
+
+def step_times(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, rank, step): when each training step started and ended.
+
+    Parameters
+    ----------
+    events
+        Event frame (schema of :mod:`analysis.schema`) holding kind ``phase`` rows.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run_id``, ``rank``, ``epoch``, ``step``, ``step_start_ns``, ``step_end_ns``
+        (int64, ns), ``step_time_s`` (float, s).
+
+    Notes
+    -----
+    A step is the ``step`` phase when the trace has one. Otherwise it is the span from the
+    earliest start of the phases carrying that step number (data, forward, backward, sync,
+    optimizer) to the start of the next step of the same epoch; the last step of an epoch
+    ends where its last phase ends.
+
+    Examples
+    --------
+    >>> from analysis.schema import make_events
+    >>> ev = make_events(run_id="r", rank=0, kind="phase", source="t",
+    ...                  name=["forward", "backward", "forward"], step=[0, 0, 1], epoch=0,
+    ...                  start_ns=[0, 10, 40], dur_ns=[10, 20, 10])
+    >>> step_times(ev)["step_time_s"].tolist()
+    [4e-08, 1e-08]
+    """
+    ph = _phases(events)
+    frames = []
+    for run_id, rank in group_keys(ph, ("run_id", "rank")):
+        one = ph[(ph["run_id"] == run_id) & _eq(ph["rank"], rank)]
+        w = _windows_one(one)
+        if w.empty:
+            continue
+        w.insert(0, "rank", rank)
+        w.insert(0, "run_id", run_id)
+        frames.append(w)
+    if not frames:
+        return pd.DataFrame(
+            {
+                "run_id": pd.Series(dtype=object),
+                "rank": pd.Series(dtype="Int32"),
+                "epoch": pd.Series(dtype="Int32"),
+                "step": pd.Series(dtype="Int32"),
+                "step_start_ns": pd.Series(dtype=np.int64),
+                "step_end_ns": pd.Series(dtype=np.int64),
+                "step_time_s": pd.Series(dtype=float),
+            }
+        )
+    out = pd.concat(frames, ignore_index=True)
+    out["rank"] = out["rank"].astype("Int32")
+    out["epoch"] = out["epoch"].astype("Int32")
+    out["step"] = out["step"].astype("Int32")
+    out["step_start_ns"] = out["step_start_ns"].astype(np.int64)
+    out["step_end_ns"] = out["step_end_ns"].astype(np.int64)
+    out["step_time_s"] = (out["step_end_ns"] - out["step_start_ns"]) / NS_PER_S
+    return out
+
+
+def _ns(col: str) -> str:
+    return col[:-2] + "_ns"
+
+
+def _eq(series: pd.Series, value: object) -> pd.Series:
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return series.isna()
+    return (series == value).fillna(False).astype(bool)
+
+
+def covered_in_windows(ivs: iv.Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length (ns) of a disjoint interval set inside each window ``[starts[i], ends[i])``."""
+    s, e = ivs
+    if s.size == 0:
+        return np.zeros(len(starts), dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(e - s)])
+
+    def covered_before(t: np.ndarray) -> np.ndarray:
+        idx = np.searchsorted(s, t, side="right") - 1  # last interval starting at or before t
+        full = cum[np.maximum(idx, 0)]
+        part = np.where(idx >= 0, np.minimum(t, e[np.maximum(idx, 0)]) - s[np.maximum(idx, 0)], 0)
+        return np.where(idx >= 0, full + part, 0)
+
+    return covered_before(np.asarray(ends, np.int64)) - covered_before(np.asarray(starts, np.int64))
+
+
+def _exclusive_sets(one: pd.DataFrame, comm: pd.DataFrame) -> dict[str, iv.Intervals]:
+    """Per component, the time it owns after the priority rule."""
+    owned: dict[str, iv.Intervals] = {}
+    taken = iv.EMPTY
+    for comp in COMPONENTS:
+        rows = one[one["name"] == comp]
+        starts, ends = rows["start_ns"].to_numpy(np.int64), end_ns(rows)
+        if comp == "sync" and len(comm):
+            starts = np.concatenate([starts, comm["start_ns"].to_numpy(np.int64)])
+            ends = np.concatenate([ends, end_ns(comm)])
+        u = iv.union(starts, ends)
+        owned[comp] = iv.subtract(u, taken)
+        taken = iv.union_of(taken, u)
+    return owned
+
+
+def time_breakdown(
+    events: pd.DataFrame,
+    *,
+    level: Literal["step", "rank", "run"] = "rank",
+    comm_cats: Sequence[str] = ("ddp_hook",),
+    skip_steps: int = 0,
+) -> pd.DataFrame:
+    """Shares of a training step: data, forward, backward, exposed sync, optimizer, other.
+
+    Parameters
+    ----------
+    events
+        Event frame with our own ``phase`` rows (and DDP ``comm`` hook records).
+    level
+        ``"step"``: one row per (run, rank, step); ``"rank"``: per (run, rank);
+        ``"run"``: per run (all ranks together).
+    comm_cats
+        ``cat`` values of ``comm`` rows on the rank's own trace that count as gradient
+        synchronisation (DDP's bucket allreduce records by default).
+    skip_steps
+        Leave out the first ``skip_steps`` steps of every rank (warm-up).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Keys (``run_id``, ``rank``, and ``epoch``/``step`` at step level), ``n_steps``,
+        ``step_time_s`` (sum of the step windows, s), ``step_mean_s``, ``data_s``,
+        ``forward_s``, ``backward_s``, ``sync_exposed_s``, ``optimizer_s``, ``other_s``
+        (s), and the same as shares ``*_frac`` (0-1) that sum to 1.
+
+    Notes
+    -----
+    For each rank, each component's intervals are merged into a union; an instant covered
+    by several components is given to the first of data, forward, backward, sync,
+    optimizer (compute hides communication: DDP bucket allreduces under ``backward`` are
+    not exposed; a ``sync`` wait nested in ``optimizer`` counts as sync). Each union is
+    then measured inside every step window (see :func:`step_times`), so
+    ``other_s = step_time_s - (data_s + forward_s + backward_s + sync_exposed_s +
+    optimizer_s)`` is the idle / unattributed rest and the shares sum to 1 exactly.
+    """
+    if level not in ("step", "rank", "run"):
+        raise ScalescopeError(f"level must be 'step', 'rank' or 'run', not {level!r}")
+    ph = _phases(events)
+    comm_all = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
+    comm_all = comm_all.assign(run_id=plain(comm_all["run_id"]))
+    windows = step_times(events)
+    rows = []
+    for run_id, rank in group_keys(windows, ("run_id", "rank")):
+        w = windows[(windows["run_id"] == run_id) & _eq(windows["rank"], rank)]
+        w = w.iloc[skip_steps:]
+        if w.empty:
+            continue
+        one = ph[(ph["run_id"] == run_id) & _eq(ph["rank"], rank)]
+        comm = comm_all[(comm_all["run_id"] == run_id) & _eq(comm_all["rank"], rank)]
+        owned = _exclusive_sets(one, comm)
+        ws, we = w["step_start_ns"].to_numpy(np.int64), w["step_end_ns"].to_numpy(np.int64)
+        part = pd.DataFrame(
+            {
+                "run_id": run_id,
+                "rank": rank,
+                "epoch": w["epoch"].to_numpy(),
+                "step": w["step"].to_numpy(),
+                "step_ns": we - ws,
+            }
+        )
+        for comp in COMPONENTS:
+            part[_ns(COMPONENT_COLUMNS[comp])] = covered_in_windows(owned[comp], ws, we)
+        rows.append(part)
+    ns_cols = ["step_ns"] + [_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS]
+    if not rows:
+        keys = {"step": ["run_id", "rank", "epoch", "step"], "rank": ["run_id", "rank"], "run": ["run_id"]}[level]
+        cols = [*keys, "n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(), "other_s", *SHARE_COLUMNS]
+        return pd.DataFrame(columns=cols)
+    per_step = pd.concat(rows, ignore_index=True)
+    per_step["n_steps"] = 1
+    if level == "step":
+        out = per_step
+        keys = ["run_id", "rank", "epoch", "step"]
+    else:
+        keys = ["run_id", "rank"] if level == "rank" else ["run_id"]
+        out = per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
+    result = out[keys].copy()
+    if "rank" in result:
+        result["rank"] = result["rank"].astype("Int32")
+    if level == "step":
+        result["epoch"] = result["epoch"].astype("Int32")
+        result["step"] = result["step"].astype("Int32")
+    result["n_steps"] = out["n_steps"].astype(np.int64).to_numpy()
+    step_ns = out["step_ns"].to_numpy(np.int64)
+    result["step_time_s"] = step_ns / NS_PER_S
+    result["step_mean_s"] = result["step_time_s"] / result["n_steps"]
+    attributed = np.zeros(len(out), dtype=np.int64)
+    for comp in COMPONENTS:
+        col = COMPONENT_COLUMNS[comp]
+        vals = out[_ns(col)].to_numpy(np.int64)
+        attributed += vals
+        result[col] = vals / NS_PER_S
+    other = step_ns - attributed
+    result["other_s"] = other / NS_PER_S
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for comp in COMPONENTS:
+            col = COMPONENT_COLUMNS[comp]
+            result[col[:-2] + "_frac"] = out[_ns(col)].to_numpy(np.int64) / step_ns
+        result["other_frac"] = other / step_ns
+    return result.reset_index(drop=True)
+
+
+def _rank_backward(events: pd.DataFrame, run_id: object, rank: int | None) -> iv.Intervals:
+    ph = events[(plain(events["kind"]) == "phase") & (plain(events["name"]) == "backward")
+                & (plain(events["run_id"]) == run_id)]
+    if rank is not None:
+        ph = ph[_eq(ph["rank"], rank)]
+    return iv.union(ph["start_ns"].to_numpy(np.int64), end_ns(ph))
+
+
+def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward_rank: int = 0) -> pd.DataFrame:
+    """Total Horovod allreduce activity from the timeline, and its overlap with backward.
+
+    Parameters
+    ----------
+    events
+        Event frame holding Horovod timeline rows (``source == "horovod"``) and, for the
+        overlap, our own ``backward`` phases.
+    source
+        The ``source`` value of timeline rows.
+    backward_rank
+        Rank whose ``backward`` phases are compared with the timeline (rank 0 writes the
+        timeline, and its clock is the one the timeline was put on).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per run: ``n_activity_rows``, ``n_fusion_duplicates`` (activity rows dropped
+        as duplicates), ``activity_sum_naive_s`` (durations added without deduplication:
+        what a naive sum reports), ``negotiate_s``, ``memcpy_s``, ``collective_s``,
+        ``wait_s``, ``other_activity_s``, ``allreduce_total_s`` (union of negotiation, ops
+        and activities), ``overlap_backward_s``, ``overlap_backward_frac`` (0-1, of the
+        total), ``exposed_s`` (total minus the overlap).
+
+    Notes
+    -----
+    Horovod writes the same activity for every tensor of a fused batch, so activity rows
+    are deduplicated on (name, start_ns) before anything is measured; every quantity is the
+    length of a union of intervals. ``memcpy_s`` covers fusion-buffer copies (kind
+    ``memcpy``), ``collective_s`` the collective itself (kind ``comm`` activities such as
+    ``NCCL_ALLREDUCE``/``GLOO_ALLREDUCE``), ``wait_s`` the ``sync_wait`` activities
+    (``WAIT_FOR_DATA``, ``QUEUE``...).
+    """
+    require_columns(events, ("run_id", "source", "kind", "cat", "name", "start_ns", "dur_ns"), "horovod_allreduce")
+    hv = events[plain(events["source"]) == source]
+    hv = hv.assign(run_id=plain(hv["run_id"]), kind=plain(hv["kind"]), cat=plain(hv["cat"]),
+                   name=plain(hv["name"]))
+    rows = []
+    for (run_id,) in group_keys(hv, ("run_id",)):
+        one = hv[hv["run_id"] == run_id]
+        act = one[one["cat"] == "activity"]
+        dedup = act.drop_duplicates(subset=["name", "start_ns"])
+        neg = one[one["kind"] == "negotiate"]
+        ops = one[(one["cat"] == "op")]
+        parts = {}
+        for col, kinds in (("memcpy_s", ("memcpy",)), ("collective_s", ("comm",)),
+                           ("wait_s", ("sync_wait",))):
+            sel = dedup[dedup["kind"].isin(kinds)]
+            parts[col] = iv.union_length(sel["start_ns"], end_ns(sel)) / NS_PER_S
+        other = dedup[~dedup["kind"].isin(("memcpy", "comm", "sync_wait"))]
+        parts["other_activity_s"] = iv.union_length(other["start_ns"], end_ns(other)) / NS_PER_S
+        allrows = pd.concat([neg, ops, dedup])
+        total = iv.union(allrows["start_ns"].to_numpy(np.int64), end_ns(allrows))
+        back = _rank_backward(events, run_id, backward_rank)
+        overlap = iv.length(iv.intersect(total, back))
+        total_ns = iv.length(total)
+        rows.append(
+            {
+                "run_id": run_id,
+                "n_activity_rows": len(act),
+                "n_fusion_duplicates": len(act) - len(dedup),
+                "activity_sum_naive_s": int(act["dur_ns"].sum()) / NS_PER_S,
+                "negotiate_s": iv.union_length(neg["start_ns"], end_ns(neg)) / NS_PER_S,
+                **parts,
+                "allreduce_total_s": total_ns / NS_PER_S,
+                "overlap_backward_s": overlap / NS_PER_S,
+                "overlap_backward_frac": overlap / total_ns if total_ns else np.nan,
+                "exposed_s": (total_ns - overlap) / NS_PER_S,
+            }
+        )
+    cols = ["run_id", "n_activity_rows", "n_fusion_duplicates", "activity_sum_naive_s", "negotiate_s",
+            "memcpy_s", "collective_s", "wait_s", "other_activity_s", "allreduce_total_s",
+            "overlap_backward_s", "overlap_backward_frac", "exposed_s"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def ddp_comm_overlap(events: pd.DataFrame, *, comm_cats: Sequence[str] = ("ddp_hook",)) -> pd.DataFrame:
+    """DDP gradient allreduce time per rank from the comm-hook records, and how much of it
+    ran under backward compute.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, rank): ``n_buckets`` (records), ``comm_bytes`` (sum of bucket
+        payloads), ``comm_s`` (union of the records), ``overlap_backward_s``,
+        ``overlap_backward_frac`` (0-1 of ``comm_s``), ``exposed_s`` (comm time not under
+        any data/forward/backward/optimizer phase).
+
+    Notes
+    -----
+    Bucket records may overlap each other; every duration is the length of a union.
+    """
+    require_columns(events, ("run_id", "rank", "kind", "cat", "start_ns", "dur_ns", "bytes"), "ddp_comm_overlap")
+    comm = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
+    comm = comm.assign(run_id=plain(comm["run_id"]))
+    ph = _phases(events)
+    rows = []
+    for run_id, rank in group_keys(comm, ("run_id", "rank")):
+        c = comm[(comm["run_id"] == run_id) & _eq(comm["rank"], rank)]
+        cu = iv.union(c["start_ns"].to_numpy(np.int64), end_ns(c))
+        one = ph[(ph["run_id"] == run_id) & _eq(ph["rank"], rank)]
+        back = one[one["name"] == "backward"]
+        busy = one[one["name"].isin(("data", "forward", "backward", "optimizer"))]
+        bu = iv.union(back["start_ns"].to_numpy(np.int64), end_ns(back))
+        busy_u = iv.union(busy["start_ns"].to_numpy(np.int64), end_ns(busy))
+        total = iv.length(cu)
+        ov = iv.length(iv.intersect(cu, bu))
+        rows.append(
+            {
+                "run_id": run_id,
+                "rank": rank,
+                "n_buckets": len(c),
+                "comm_bytes": int(c["bytes"].fillna(0).sum()),
+                "comm_s": total / NS_PER_S,
+                "overlap_backward_s": ov / NS_PER_S,
+                "overlap_backward_frac": ov / total if total else np.nan,
+                "exposed_s": iv.length(iv.subtract(cu, busy_u)) / NS_PER_S,
+            }
+        )
+    out = pd.DataFrame(rows, columns=["run_id", "rank", "n_buckets", "comm_bytes", "comm_s",
+                                      "overlap_backward_s", "overlap_backward_frac", "exposed_s"])
+    out["rank"] = out["rank"].astype("Int32")
+    return out
+
+
+GPU_KINDS: dict[str, tuple[str, ...]] = {
+    "compute": ("compute",),
+    "comm": ("comm",),
+    "memory": ("memcpy", "memset"),
+}
+
+
+def gpu_time_breakdown(events: pd.DataFrame) -> pd.DataFrame:
+    """GPU timeline per rank: computation, communication, memory and idle time.
+
+    Parameters
+    ----------
+    events
+        Event frame from Kineto or nsys traces: GPU rows are those of kind ``compute``,
+        ``comm``, ``memcpy`` or ``memset`` with a ``device`` or ``stream``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, rank): ``span_s`` (first GPU activity start to last end),
+        ``compute_s``, ``comm_s`` (communication not overlapped by compute), ``memory_s``
+        (copies and sets not overlapped by compute or communication), ``idle_s``,
+        ``non_compute_s`` (= ``comm_s + memory_s``), ``comm_total_s`` (all communication),
+        ``comm_overlapped_s`` (communication under compute), and ``*_frac`` shares of
+        ``span_s`` for compute, comm, memory and idle (summing to 1).
+
+    Notes
+    -----
+    Follows Holistic Trace Analysis' temporal breakdown
+    (``BreakdownAnalysis.get_temporal_breakdown``): over all GPU streams of a rank, the
+    time range is ``max(end) - min(start)``; idle time is the range minus the union of all
+    GPU activity; compute time is the union of computation kernels; non-compute time is
+    the range minus compute minus idle. Here non-compute is further split into
+    communication (union of comm kernels minus compute) and memory (the rest), so
+    communication overlapped by compute is counted once, as compute.
+    """
+    require_columns(events, ("run_id", "rank", "kind", "device", "stream", "start_ns", "dur_ns"), "gpu_time_breakdown")
+    kinds = plain(events["kind"])
+    gpu = events[kinds.isin(["compute", "comm", "memcpy", "memset"])
+                 & (events["device"].notna() | events["stream"].notna())]
+    gpu = gpu.assign(run_id=plain(gpu["run_id"]), kind=plain(gpu["kind"]))
+    rows = []
+    for run_id, rank in group_keys(gpu, ("run_id", "rank")):
+        g = gpu[(gpu["run_id"] == run_id) & _eq(gpu["rank"], rank)]
+        sets = {k: iv.union(g.loc[g["kind"].isin(v), "start_ns"].to_numpy(np.int64),
+                            end_ns(g[g["kind"].isin(v)])) for k, v in GPU_KINDS.items()}
+        ends = end_ns(g)
+        span = int(ends.max() - g["start_ns"].min())
+        compute = iv.length(sets["compute"])
+        comm_only = iv.subtract(sets["comm"], sets["compute"])
+        comm = iv.length(comm_only)
+        memory = iv.length(iv.subtract(sets["memory"], iv.union_of(sets["compute"], sets["comm"])))
+        busy = iv.length(iv.union_of(*sets.values()))
+        idle = span - busy
+        rows.append(
+            {
+                "run_id": run_id,
+                "rank": rank,
+                "span_s": span / NS_PER_S,
+                "compute_s": compute / NS_PER_S,
+                "comm_s": comm / NS_PER_S,
+                "memory_s": memory / NS_PER_S,
+                "idle_s": idle / NS_PER_S,
+                "non_compute_s": (comm + memory) / NS_PER_S,
+                "comm_total_s": iv.length(sets["comm"]) / NS_PER_S,
+                "comm_overlapped_s": iv.length(iv.intersect(sets["comm"], sets["compute"])) / NS_PER_S,
+                "compute_frac": compute / span if span else np.nan,
+                "comm_frac": comm / span if span else np.nan,
+                "memory_frac": memory / span if span else np.nan,
+                "idle_frac": idle / span if span else np.nan,
+            }
+        )
+    out = pd.DataFrame(rows, columns=["run_id", "rank", "span_s", "compute_s", "comm_s", "memory_s",
+                                      "idle_s", "non_compute_s", "comm_total_s", "comm_overlapped_s",
+                                      "compute_frac", "comm_frac", "memory_frac", "idle_frac"])
+    out["rank"] = out["rank"].astype("Int32")
+    return out
+
+
+def breakdown_by_ranks(
+    breakdown: pd.DataFrame, runs: pd.DataFrame, *, by: Sequence[str] = ("config_backend",)
+) -> pd.DataFrame:
+    """Step-time shares per configuration and rank count (repeats and ranks pooled).
+
+    Parameters
+    ----------
+    breakdown
+        :func:`time_breakdown` at level ``"rank"`` or ``"run"``.
+    runs
+        Runs table (``run_id``, ``n_ranks``, ``n_nodes`` and the ``by`` columns).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (configuration, ``n_ranks``): ``n_nodes``, ``n_runs``, ``n_steps``,
+        ``step_mean_s``, the component times per step (``data_s``... ``other_s``, mean per
+        rank-step) and their shares ``*_frac`` summing to 1.
+
+    Notes
+    -----
+    Pooled: each share is the sum of that component over all steps of all ranks and
+    repeats divided by the sum of their step times.
+    """
+    comp = [*COMPONENT_COLUMNS.values(), "other_s"]
+    require_columns(breakdown, ("run_id", "n_steps", "step_time_s", *comp), "breakdown_by_ranks")
+    meta = runs[["run_id", "n_ranks", "n_nodes", *by]]
+    b = breakdown.merge(meta, on="run_id", how="inner")
+    keys = [*by, "n_ranks"]
+    g = b.groupby(keys, sort=True, dropna=False)
+    out = g[["n_steps", "step_time_s", *comp]].sum().reset_index()
+    out.insert(len(keys), "n_nodes", g["n_nodes"].max().to_numpy())
+    out.insert(len(keys) + 1, "n_runs", g["run_id"].nunique().to_numpy())
+    total = out["step_time_s"].to_numpy(float)
+    for col in comp:
+        out[col[:-2] + "_frac"] = out[col] / total
+        out[col] = out[col] / out["n_steps"]
+    out["step_mean_s"] = out["step_time_s"] / out["n_steps"]
+    return out.drop(columns=["step_time_s"])

@@ -1,0 +1,131 @@
+"""Stragglers (study 10): which rank holds the others up, and by how much."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import _intervals as iv
+from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
+
+
+def negotiation_stragglers(events: pd.DataFrame, *, source: str = "horovod") -> pd.DataFrame:
+    """The last rank to report a tensor ready in each Horovod negotiation.
+
+    Parameters
+    ----------
+    events
+        Event frame with Horovod timeline rows: readiness ticks (kind ``marker``, cat
+        ``rank_ready``, ``rank`` = the ready rank, ``tensor``) and ``negotiate`` rows.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, tensor, negotiation): ``negotiation`` (0, 1, ... per tensor),
+        ``n_ranks_ready``, ``first_rank``, ``last_rank``, ``first_ready_ns``,
+        ``last_ready_ns``, ``lag_s`` (last minus first tick), ``margin_s`` (last minus the
+        second-to-last tick: how much earlier the negotiation could have ended without the
+        straggler; NaN with one tick).
+
+    Notes
+    -----
+    Ticks are assigned to the negotiation (``negotiate`` row of the same tensor) whose
+    interval contains them; without negotiate rows, a new negotiation starts whenever a
+    rank ticks again for the same tensor. Horovod writes ticks only for negotiations that
+    miss its response cache (normally the first iterations).
+    """
+    require_columns(events, ("run_id", "kind", "cat", "rank", "tensor", "start_ns", "source"), "negotiation_stragglers")
+    src = plain(events["source"]) == source
+    ticks = events[src & (plain(events["kind"]) == "marker") & (plain(events["cat"]) == "rank_ready")]
+    neg = events[src & (plain(events["kind"]) == "negotiate")]
+    ticks = ticks.assign(run_id=plain(ticks["run_id"]), tensor=plain(ticks["tensor"]))
+    neg = neg.assign(run_id=plain(neg["run_id"]), tensor=plain(neg["tensor"]))
+    rows = []
+    for (run_id, tensor), g in ticks.groupby(["run_id", "tensor"], sort=True):
+        g = g.sort_values("start_ns", kind="stable")
+        ts = g["start_ns"].to_numpy(np.int64)
+        ranks = g["rank"].to_numpy()
+        n = neg[(neg["run_id"] == run_id) & (neg["tensor"] == tensor)].sort_values("start_ns")
+        if len(n):
+            starts = n["start_ns"].to_numpy(np.int64)
+            ends = end_ns(n)
+            idx = np.searchsorted(starts, ts, side="right") - 1
+            inside = (idx >= 0) & (ts <= ends[np.maximum(idx, 0)])
+            label = np.where(inside, idx, -1)
+        else:
+            label = np.zeros(len(ts), dtype=int)
+            seen: set = set()
+            k = 0
+            for i, r in enumerate(ranks):
+                if r in seen:
+                    k += 1
+                    seen = set()
+                seen.add(r)
+                label[i] = k
+        for k, (lab) in enumerate(pd.unique(label[label >= 0])):
+            sel = label == lab
+            t, r = ts[sel], ranks[sel]
+            rows.append({
+                "run_id": run_id, "tensor": tensor, "negotiation": k, "n_ranks_ready": len(set(r.tolist())),
+                "first_rank": int(r[0]), "last_rank": int(r[-1]), "first_ready_ns": int(t[0]),
+                "last_ready_ns": int(t[-1]), "lag_s": (t[-1] - t[0]) / NS_PER_S,
+                "margin_s": (t[-1] - t[-2]) / NS_PER_S if len(t) > 1 else np.nan,
+            })
+    return pd.DataFrame(rows, columns=["run_id", "tensor", "negotiation", "n_ranks_ready", "first_rank", "last_rank",
+                                       "first_ready_ns", "last_ready_ns", "lag_s", "margin_s"])
+
+
+def phase_stragglers(events: pd.DataFrame, *, phases: Sequence[str] = ("data", "forward", "backward")) -> pd.DataFrame:
+    """Per step, which rank finished its compute last and how long the others waited.
+
+    Parameters
+    ----------
+    events
+        Event frame with our ``phase`` rows of all ranks of a run.
+    phases
+        Phases that make up the work done before the gradient synchronisation.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, epoch, step, rank): ``busy_s`` (union of the phases in that
+        step), ``wait_s`` (= max over ranks of busy_s - own busy_s), ``is_last`` (this rank
+        had the largest busy time).
+
+    Notes
+    -----
+    Durations rather than end times are compared, so clock offsets between ranks do not
+    matter: after each synchronisation all ranks start the next step together, and the
+    rank with the most work is the one the others wait for in the next synchronisation.
+    """
+    require_columns(events, ("run_id", "rank", "kind", "name", "step", "epoch", "start_ns", "dur_ns"), "phase_stragglers")
+    ph = events[(plain(events["kind"]) == "phase") & plain(events["name"]).isin(list(phases)) & events["step"].notna()]
+    ph = ph.assign(run_id=plain(ph["run_id"]), end_ns=end_ns(ph))
+    rows = []
+    for (run_id, epoch, step, rank), g in ph.groupby(["run_id", "epoch", "step", "rank"], sort=True, dropna=False):
+        rows.append({"run_id": run_id, "epoch": epoch, "step": step, "rank": rank,
+                     "busy_s": iv.union_length(g["start_ns"], g["end_ns"]) / NS_PER_S})
+    out = pd.DataFrame(rows, columns=["run_id", "epoch", "step", "rank", "busy_s"])
+    if out.empty:
+        out["wait_s"] = pd.Series(dtype=float)
+        out["is_last"] = pd.Series(dtype=bool)
+        return out
+    mx = out.groupby(["run_id", "epoch", "step"], dropna=False)["busy_s"].transform("max")
+    out["wait_s"] = mx - out["busy_s"]
+    out["is_last"] = out["busy_s"] == mx
+    for col in ("epoch", "step", "rank"):
+        out[col] = out[col].astype("Int32")
+    return out
+
+
+def straggler_summary(per_step: pd.DataFrame) -> pd.DataFrame:
+    """Per (run_id, rank): how often it was last (``n_last``, ``last_frac``), its mean and
+    total wait (``wait_mean_s``, ``wait_total_s``), from :func:`phase_stragglers`."""
+    require_columns(per_step, ("run_id", "rank", "wait_s", "is_last"), "straggler_summary")
+    g = per_step.groupby(["run_id", "rank"], sort=True)
+    out = g.agg(n_steps=("wait_s", "size"), n_last=("is_last", "sum"), wait_mean_s=("wait_s", "mean"),
+                wait_total_s=("wait_s", "sum")).reset_index()
+    out["last_frac"] = out["n_last"] / out["n_steps"]
+    return out

@@ -1,0 +1,559 @@
+"""``scalescope report EXPERIMENT_DIR``: one self-contained HTML report (plotly.js inlined
+once, every figure interactive) plus ``export/`` with PDF/SVG/PNG figures and LaTeX/CSV
+tables.
+
+Every study runs when the experiment has the data it needs; otherwise the report says it
+was skipped and why. Failed runs are listed with the tail of their logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import html
+import math
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import metrics as M
+from analysis import plots as P
+from analysis.errors import ScalescopeError
+from analysis.export import NO_BROWSER, export_many, export_table, find_browser
+from analysis.runset import RunSet
+
+TEMPLATE = "report.html.j2"
+
+
+class Skip(Exception):
+    """A study cannot run on this experiment; the message says why."""
+
+
+@dataclass
+class Section:
+    """One study in the report."""
+
+    key: str
+    title: str
+    intro: str = ""
+    figures: list[tuple[str, object]] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+
+@dataclass
+class _Context:
+    rs: RunSet
+    events: pd.DataFrame | None
+    events_error: str | None
+    per_run: pd.DataFrame
+    cache: dict = field(default_factory=dict)
+
+    def need_events(self) -> pd.DataFrame:
+        if self.events is None:
+            raise Skip(f"the run traces could not be read: {self.events_error}")
+        return self.events
+
+    def memo(self, key: str, fn: Callable[[], object]):
+        if key not in self.cache:
+            self.cache[key] = fn()
+        return self.cache[key]
+
+
+# ---------------------------------------------------------------- shared intermediate tables
+
+def _runs(ctx: _Context) -> pd.DataFrame:
+    return ctx.rs.usable_runs()
+
+
+def _breakdown(ctx: _Context) -> pd.DataFrame:
+    def make():
+        b = M.time_breakdown(ctx.need_events(), level="run")
+        if b.empty:
+            raise Skip("no run has training-phase records (kind 'phase') in its traces")
+        return b
+
+    return ctx.memo("breakdown", make)
+
+
+def _breakdown_by_ranks(ctx: _Context) -> pd.DataFrame:
+    return ctx.memo("breakdown_by_ranks", lambda: M.breakdown_by_ranks(_breakdown(ctx), _runs(ctx)))
+
+
+def _scaling(ctx: _Context) -> tuple[pd.DataFrame, str]:
+    def make():
+        pr = ctx.per_run
+        if pr.empty:
+            raise Skip("no run has epoch metrics (rank-*.epochs.jsonl)")
+        if (pr["framework"] == "none").any():
+            try:
+                return M.scaling_table(pr, baseline="none"), "the one-process run without a framework"
+            except ScalescopeError:
+                pass
+        return M.scaling_table(pr, baseline="min"), "each configuration's run with the fewest ranks"
+
+    return ctx.memo("scaling", make)
+
+
+def _sync(ctx: _Context) -> pd.DataFrame:
+    def make():
+        s = M.sync_times(ctx.need_events())
+        if s.empty:
+            raise Skip("no gradient synchronisation records (no 'sync' phase or DDP comm-hook records)")
+        return M.sync_cost(s, runs=_runs(ctx))
+
+    return ctx.memo("sync", make)
+
+
+def _multi(values: pd.Series, n: int, what: str) -> None:
+    if values.nunique() < n:
+        raise Skip(f"needs {what}; this experiment has {sorted(values.dropna().unique().tolist())}")
+
+
+# ---------------------------------------------------------------- studies
+
+def _summary(ctx: _Context) -> Section:
+    sec = Section("summary", "Summary", "Speedup and efficiency against the baseline, and the share of the step "
+                  "spent in exposed gradient synchronisation and in data loading, per configuration and rank count.")
+    table, base = _scaling(ctx)
+    cols = ["config_backend", "batch_size", "n_ranks", "n_nodes", "n_runs", "epoch_time_s_median", "speedup",
+            "efficiency_frac"]
+    t = table[[c for c in cols if c in table.columns]].copy()
+    try:
+        b = _breakdown_by_ranks(ctx)
+        b = b[["config_backend", "n_ranks", "sync_exposed_frac", "data_frac"]]
+        t = t.merge(b, on=["config_backend", "n_ranks"], how="left")
+    except Skip as exc:
+        sec.notes.append(f"Sync and data shares are missing: {exc}")
+    sec.tables.append(("summary", t, f"Baseline: {base}."))
+    return sec
+
+
+def _study_breakdown(ctx: _Context) -> Section:
+    sec = Section("breakdown", "1. Time breakdown of a training step",
+                  "Shares of data loading, forward, backward, exposed gradient sync, optimizer and other/idle time "
+                  "in the step time, measured as unions of intervals (overlaps counted once).")
+    b = _breakdown_by_ranks(ctx)
+    sec.figures.append(("breakdown", P.plot_breakdown(b)))
+    sec.tables.append(("breakdown_by_ranks", b, "Pooled over ranks and repeats; times are per step."))
+    per_rank = M.time_breakdown(ctx.need_events(), level="rank")
+    sec.tables.append(("breakdown_per_rank", per_rank, "Per run and rank."))
+    ev = ctx.need_events()
+    hv = M.horovod_allreduce(ev)
+    if len(hv):
+        sec.figures.append(("horovod_allreduce", P.plot_allreduce_activity(hv)))
+        sec.tables.append(("horovod_allreduce", hv, "Horovod timeline activity (fusion duplicates removed on "
+                                                     "(name, start)); overlap with rank 0's backward phases."))
+    dd = M.ddp_comm_overlap(ev)
+    if len(dd):
+        sec.tables.append(("ddp_comm_overlap", dd, "DDP bucket allreduces (comm hook) and their overlap with "
+                                                   "backward."))
+    gpu = M.gpu_time_breakdown(ev)
+    if len(gpu):
+        sec.figures.append(("gpu_breakdown", P.plot_gpu_breakdown(gpu)))
+        sec.tables.append(("gpu_breakdown", gpu, "GPU timeline per rank (HTA's temporal breakdown)."))
+    else:
+        sec.notes.append("No GPU kernel traces (Kineto / nsys) in this experiment: the GPU temporal breakdown "
+                         "is not shown.")
+    return sec
+
+
+def _study_sync(ctx: _Context) -> Section:
+    sec = Section("sync", "2. Synchronisation cost against ranks",
+                  "Time per synchronisation, synchronisations per epoch (batches per rank per epoch) and their "
+                  "product, the sync time per epoch. Ratios are relative to the fewest ranks: a "
+                  "sync-per-epoch ratio below 1 means fewer synchronisations outpaced the growing cost of each.")
+    cost = _sync(ctx)
+    scal = M.sync_scaling(cost)
+    sec.figures.append(("sync", P.plot_sync(scal)))
+    sec.tables.append(("sync_scaling", scal, "Repeats pooled."))
+    sec.tables.append(("sync_per_run", cost, "Per run."))
+    return sec
+
+
+def _study_scaling(ctx: _Context) -> Section:
+    sec = Section("scaling", "3. Scaling: speedup and efficiency",
+                  "Strong scaling (fixed dataset split over the ranks): speedup = T(baseline)/T(n), efficiency = "
+                  "speedup · n0/n, medians over repeats with min-max bars; the dashed line is a least-squares fit "
+                  "of speedup per added rank with its 95 % confidence interval.")
+    table, base = _scaling(ctx)
+    sec.notes.append(f"Baseline: {base}.")
+    pr = ctx.per_run
+    fw = pr[pr["framework"] != "none"]
+    _multi(fw["n_ranks"], 2, "runs at two or more rank counts")
+    baseline = "none" if (pr["framework"] == "none").any() else "min"
+    try:
+        points = M.run_speedups(pr, baseline=baseline)
+    except ScalescopeError:
+        points = M.run_speedups(pr, baseline="min")
+    fit = M.fit_speedup(points[points["framework"] != "none"], by=("config_backend",))
+    bounds = M.node_boundaries(_runs(ctx))
+    sec.figures.append(("scaling", P.plot_scaling(table[table["config_backend"] != "none"], fit=fit,
+                                                  boundaries=bounds)))
+    sec.tables.append(("scaling", table, "Epoch time (s), throughput (samples/s), speedup, efficiency."))
+    sec.tables.append(("speedup_fit", fit, "Linear fit of speedup against ranks (Student-t interval)."))
+    return sec
+
+
+def _study_overhead(ctx: _Context) -> Section:
+    sec = Section("overhead", "4. Framework overhead at one rank",
+                  "Epoch time of the one-rank Horovod / DDP run against the run without a framework.")
+    pr = ctx.per_run
+    if not (pr["framework"] == "none").any():
+        raise Skip("needs a baseline run without a framework (framework 'none')")
+    if not ((pr["framework"] != "none") & (pr["n_ranks"] == 1)).any():
+        raise Skip("needs a one-rank run with a framework")
+    t = M.framework_overhead(pr)
+    t = t[t["baseline_epoch_time_s"].notna()]
+    if t.empty:
+        raise Skip("no one-rank framework run has a baseline with the same batch size")
+    sec.figures.append(("overhead", P.plot_overhead(t)))
+    sec.tables.append(("overhead", t, "overhead = T(framework, 1 rank) / T(baseline) - 1."))
+    return sec
+
+
+def _study_usage(ctx: _Context) -> Section:
+    sec = Section("usage", "5. Device usage against ranks",
+                  "Sampled GPU utilisation, memory and power (NVML), or CPU utilisation when no GPU was sampled; "
+                  "dashed lines mark where the ranks spill onto another node.")
+    try:
+        samples = ctx.rs.samples
+    except Exception as exc:
+        raise Skip(f"the samples could not be read: {exc}") from None
+    if samples.empty:
+        raise Skip("no NVML or CPU samples (samples-<host>.csv) in the runs")
+    usage = M.device_usage(samples)
+    by_ranks = M.usage_by_ranks(usage, _runs(ctx))
+    sec.figures.append(("device_usage", P.plot_device_usage(by_ranks, boundaries=M.node_boundaries(_runs(ctx)))))
+    sec.tables.append(("device_usage", by_ranks, "Means over devices / processes / nodes and runs; *_jump is the "
+                                                 "change where a node joins."))
+    return sec
+
+
+def _study_backends(ctx: _Context) -> Section:
+    sec = Section("backends", "6. Backend comparison",
+                  "The same configurations with different communication backends / frameworks, within a node and "
+                  "across nodes.")
+    pr = ctx.per_run
+    fw = pr[pr["framework"] != "none"]
+    _multi(fw["config_backend"], 2, "two or more backends")
+    try:
+        sync = _sync(ctx)
+    except Skip:
+        sync = None
+    t = M.backend_comparison(fw, sync=sync)
+    shared = t.groupby(["batch_size", "n_ranks", "n_nodes"], dropna=False)["config_backend"].transform("nunique")
+    if (shared < 2).all():
+        raise Skip("no configuration (batch size, ranks, nodes) was run with two backends")
+    sec.figures.append(("backends", P.plot_backends(t)))
+    sec.tables.append(("backends", t, "relative_epoch_time = T / fastest T on the same configuration."))
+    return sec
+
+
+def _study_batch(ctx: _Context) -> Section:
+    sec = Section("batch", "7. Batch size and learning rate",
+                  "Epoch time against the batch size on one device, and the validation metric against epochs and "
+                  "against training time.")
+    pr = ctx.per_run
+    t = M.batch_size_epoch_time(pr, n_ranks=1)
+    got = False
+    if t["batch_size"].nunique() >= 2:
+        sec.figures.append(("batch_size", P.plot_batch_size(t)))
+        sec.tables.append(("batch_size", t, "One rank."))
+        got = True
+    else:
+        sec.notes.append("Only one batch size was run on one rank: no epoch-time curve.")
+    epochs = ctx.rs.epochs
+    if len(epochs) and epochs["val_metric"].notna().any():
+        curves = M.validation_curves(epochs, _runs(ctx))
+        curves = curves[curves["val_metric"].notna()]
+        sec.figures.append(("validation_epochs", P.plot_validation(curves, x="epoch")))
+        sec.figures.append(("validation_time", P.plot_validation(curves, x="wall_s")))
+        got = True
+    if not got:
+        raise Skip("needs two batch sizes at one rank or validation metrics")
+    lr = _runs(ctx)[["run_id", "batch_size", "global_batch_size", "learning_rate", "lr_scaling"]]
+    if lr["learning_rate"].notna().any():
+        sec.tables.append(("learning_rates", lr, "Learning rate used by each run and its scaling rule."))
+    return sec
+
+
+def _study_memory(ctx: _Context) -> Section:
+    sec = Section("memory", "8. Compute against weight update, and memory per rank",
+                  "Forward+backward against optimizer time per step per rank count, and each rank's peak memory "
+                  "(rank 0 often holds more).")
+    got = False
+    try:
+        cu = M.compute_update_breakdown(_breakdown(ctx), _runs(ctx))
+        sec.figures.append(("compute_update", P.plot_compute_update(cu)))
+        sec.tables.append(("compute_update", cu, "Per step, pooled over ranks and repeats."))
+        got = True
+    except Skip as exc:
+        sec.notes.append(f"Compute against update: {exc}")
+    epochs = ctx.rs.epochs
+    if len(epochs) and epochs["peak_mem_mib"].notna().any():
+        pm = M.peak_memory(epochs[epochs["peak_mem_mib"].notna()], _runs(ctx))
+        sec.figures.append(("peak_memory", P.plot_memory(pm)))
+        sec.tables.append(("peak_memory", pm, "rank0_extra_mib = rank 0's peak minus the other ranks' median."))
+        got = True
+    if not got:
+        raise Skip("no phase traces and no peak-memory metrics")
+    return sec
+
+
+def _study_model(ctx: _Context) -> Section:
+    sec = Section("model", "9. What-if: alpha-beta ring-allreduce model",
+                  "t(N) = 2(N-1)·alpha + 2(N-1)/N · bytes/beta fitted to the measured sync time per step; "
+                  "predictions at unmeasured rank counts assume constant compute per sample.")
+    cost = _sync(ctx)
+    runs = _runs(ctx)
+    pts = cost[cost["n_ranks"] >= 2]
+    _multi(pts["n_ranks"], 2, "sync times at two or more rank counts >= 2")
+    n_params = runs["n_params"].dropna()
+    if n_params.empty:
+        raise Skip("the manifests do not give n_params (needed for the bytes per synchronisation)")
+    nbytes = float(n_params.iloc[0]) * 4
+    config = pts["config_backend"].value_counts().index[0]
+    pts = pts[pts["config_backend"] == config]
+    _multi(pts["n_ranks"], 2, f"sync times of {config} at two or more rank counts >= 2")
+    measured = pts[["n_ranks", "sync_mean_s"]].rename(columns={"sync_mean_s": "sync_s"})
+    fit = M.fit_alpha_beta(measured, bytes_per_sync=nbytes)
+    pr = ctx.per_run
+    base = pr[(pr["framework"] == "none") & (pr["n_ranks"] == 1)]
+    cfg = pr[pr["config_backend"] == config]
+    batch = int(cfg["batch_size"].median())
+    if not base.empty and (base["batch_size"] == batch).any():
+        base = base[base["batch_size"] == batch]
+    ref = base if not base.empty else cfg[cfg["n_ranks"] == cfg["n_ranks"].min()]
+    dataset = int(ref["samples_per_epoch"].median())
+    per_sample = float(ref["epoch_time_s"].median()) / dataset
+    n_max = int(pts["n_ranks"].max())
+    grid = sorted({1, *[int(n) for n in pts["n_ranks"]], *[2**k for k in range(0, int(math.log2(4 * n_max)) + 1)]})
+    pred = M.predict_scaling(fit, n_ranks=grid, compute_per_sample_s=per_sample, batch_size=batch,
+                             dataset_size=dataset, baseline_epoch_time_s=float(ref["epoch_time_s"].median()))
+    table, _ = _scaling(ctx)
+    ms = table[table["config_backend"] == config][["n_ranks", "speedup"]]
+    sec.figures.append(("model", P.plot_model(measured, pred, measured_speedup=ms)))
+    sec.tables.append(("model_fit", fit, f"{config}; bytes per sync = n_params × 4 = {nbytes:.0f}."))
+    sec.tables.append(("model_prediction", pred, "Predicted at measured and unmeasured rank counts."))
+    return sec
+
+
+def _study_stragglers(ctx: _Context) -> Section:
+    sec = Section("stragglers", "10. Stragglers",
+                  "Per step, which rank finished its data+forward+backward work last and how long the others "
+                  "waited; and, from Horovod's negotiation ticks, which rank reported each tensor ready last.")
+    ev = ctx.need_events()
+    multi = _runs(ctx)
+    multi_ids = set(multi.loc[multi["n_ranks"] > 1, "run_id"])
+    got = False
+    ph = ev[ev["run_id"].astype(object).isin(multi_ids)]
+    per_step = M.phase_stragglers(ph)
+    if len(per_step):
+        summ = M.straggler_summary(per_step)
+        sec.figures.append(("stragglers", P.plot_stragglers(summ)))
+        sec.tables.append(("stragglers", summ, "wait = slowest rank's busy time - own busy time, per step."))
+        got = True
+    neg = M.negotiation_stragglers(ev)
+    if len(neg):
+        sec.figures.append(("negotiation", P.plot_negotiation(neg)))
+        counts = neg.groupby(["run_id", "last_rank"]).agg(n_last=("tensor", "size"), lag_mean_s=("lag_s", "mean"),
+                                                         margin_mean_s=("margin_s", "mean")).reset_index()
+        sec.tables.append(("negotiation_last_rank", counts, "How often each rank was the last one ready."))
+        got = True
+    if not got:
+        raise Skip("needs multi-rank runs with phase traces or Horovod negotiation ticks")
+    return sec
+
+
+STUDIES: tuple[Callable[[_Context], Section], ...] = (
+    _summary, _study_breakdown, _study_sync, _study_scaling, _study_overhead, _study_usage, _study_backends,
+    _study_batch, _study_memory, _study_model, _study_stragglers,
+)
+_TITLES = {
+    "_summary": "Summary", "_study_breakdown": "1. Time breakdown of a training step",
+    "_study_sync": "2. Synchronisation cost against ranks", "_study_scaling": "3. Scaling: speedup and efficiency",
+    "_study_overhead": "4. Framework overhead at one rank", "_study_usage": "5. Device usage against ranks",
+    "_study_backends": "6. Backend comparison", "_study_batch": "7. Batch size and learning rate",
+    "_study_memory": "8. Compute against weight update, and memory per rank",
+    "_study_model": "9. What-if: alpha-beta ring-allreduce model", "_study_stragglers": "10. Stragglers",
+}
+
+
+# ---------------------------------------------------------------- rendering
+
+def _fmt(v: object) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+        return "–"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (float, np.floating)):
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _table_html(df: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    rows = []
+    for r in df.itertuples(index=False):
+        cells = "".join(
+            f"<td class=\"{'num' if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else ''}\">"
+            f"{html.escape(_fmt(v))}</td>" for v in r)
+        rows.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _render(context: dict) -> str:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+    )
+    return env.get_template(TEMPLATE).render(**context)
+
+
+def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str | Path | None = None, *,
+                 static: bool = True) -> Path:
+    """Build the HTML report of an experiment and its ``export/`` folder.
+
+    Parameters
+    ----------
+    experiment_dir
+        An experiment directory (``experiment.json``), a run directory, or several.
+    out_dir
+        Where to write; default ``<experiment_dir>/report``.
+    static
+        Also write PDF/SVG/PNG figures (needs Chromium; skipped with a note when missing).
+
+    Returns
+    -------
+    pathlib.Path
+        The ``index.html`` written.
+    """
+    import plotly.offline
+
+    dirs = [experiment_dir] if isinstance(experiment_dir, (str, Path)) else list(experiment_dir)
+    out = Path(out_dir) if out_dir is not None else Path(dirs[0]) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    export_dir = out / "export"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rs = RunSet.from_dirs(dirs)
+        events, events_error = None, None
+        try:
+            events = rs.events
+        except Exception as exc:
+            events_error = f"{type(exc).__name__}: {exc}"
+        try:
+            per_run = M.run_summary(rs)
+        except Exception as exc:
+            per_run = pd.DataFrame(columns=[*M.scaling.RUN_META, "epoch_time_s", "throughput_samples_per_s",
+                                            "samples_per_epoch"])
+            events_error = events_error or f"epoch metrics unreadable: {exc}"
+        ctx = _Context(rs, events, events_error, per_run)
+        sections: list[Section] = []
+        for study in STUDIES:
+            try:
+                sections.append(study(ctx))
+            except Skip as exc:
+                sections.append(Section(study.__name__, _TITLES[study.__name__], skipped=str(exc)))
+            except Exception as exc:
+                sections.append(Section(study.__name__, _TITLES[study.__name__],
+                                        skipped=f"failed with {type(exc).__name__}: {exc}",
+                                        notes=[traceback.format_exc(limit=3)]))
+    data_warnings = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
+
+    # tables always go to export/ (no browser needed)
+    for sec in sections:
+        for name, df, caption in sec.tables:
+            export_table(df, export_dir / name, caption=caption or None)
+    static_note = None
+    figures = {name: fig for sec in sections for name, fig in sec.figures}
+    if not static:
+        static_note = "Static figure export was skipped (--no-static)."
+    elif find_browser() is None:
+        static_note = f"Static figure export was skipped: {NO_BROWSER}"
+    elif figures:
+        try:
+            export_many(figures, export_dir)
+        except ScalescopeError as exc:
+            static_note = f"Static figure export failed and was skipped: {exc}"
+
+    failed = rs.failed_runs()
+    n_fig = 0
+    rendered = []
+    for sec in sections:
+        figs = []
+        for name, fig in sec.figures:
+            n_fig += 1
+            figs.append({"name": name, "html": fig.to_html(full_html=False, include_plotlyjs=False,
+                                                           div_id=f"fig-{name}", config={"responsive": True,
+                                                                                         "displaylogo": False})})
+        rendered.append({
+            "key": sec.key, "title": sec.title, "intro": sec.intro, "skipped": sec.skipped, "notes": sec.notes,
+            "figures": figs,
+            "tables": [{"name": n, "caption": c, "html": _table_html(df)} for n, df, c in sec.tables],
+        })
+    runs_cols = ["run_id", "status", "config_backend", "n_ranks", "n_nodes", "batch_size", "repeat", "wall_s"]
+    context = {
+        "title": f"scalescope report: {', '.join(Path(d).name for d in dirs)}",
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "experiment_dirs": [str(Path(d).resolve()) for d in dirs],
+        "plotlyjs": plotly.offline.get_plotlyjs(),
+        "runs_table": _table_html(rs.runs[[c for c in runs_cols if c in rs.runs.columns]]),
+        "n_runs": len(rs.runs), "n_ok": int((rs.runs["status"] == "ok").sum()),
+        "failed": [{"run_id": r.run_id, "status": r.status, "exit_code": _fmt(r.exit_code),
+                    "log_tail": r.log_tail or "(no log)"} for r in failed.itertuples()],
+        "sections": rendered,
+        "skipped": [(s.title, s.skipped) for s in sections if s.skipped],
+        "events_error": events_error,
+        "static_note": static_note,
+        "data_warnings": data_warnings,
+        "n_figures": n_fig,
+    }
+    page = out / "index.html"
+    page.write_text(_render(context), encoding="utf-8")
+    return page
+
+
+# ---------------------------------------------------------------- command line
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``scalescope report``."""
+    parser.add_argument("experiment_dir", nargs="+", help="experiment directory (or run directories)")
+    parser.add_argument("--out", default=None, help="output directory (default: EXPERIMENT_DIR/report)")
+    parser.add_argument("--no-static", action="store_true",
+                        help="do not export PDF/SVG/PNG figures (no browser needed)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``scalescope report`` with parsed arguments; returns the exit status."""
+    try:
+        page = build_report(args.experiment_dir if len(args.experiment_dir) > 1 else args.experiment_dir[0],
+                            args.out, static=not args.no_static)
+    except ScalescopeError as exc:
+        print(f"scalescope report: {exc}")
+        return 1
+    print(f"report written to {page}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: ``python -m analysis.report EXPERIMENT_DIR [--out DIR] [--no-static]``."""
+    parser = argparse.ArgumentParser(prog="scalescope report", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,506 @@
+"""RunSet: many runs of one or several experiments as a runs table plus lazily loaded
+events, samples and per-rank epoch metrics.
+
+>>> from analysis.runset import RunSet
+>>> rs = RunSet.from_dirs(["runs/EXP"])                 # doctest: +SKIP
+>>> rs.runs[["run_id", "status", "n_ranks"]]            # doctest: +SKIP
+>>> rs.filter(framework="horovod", n_ranks=[1, 2]).events  # doctest: +SKIP
+
+The runs table comes from the manifests only (``experiment.json`` and each ``run.json``,
+see ``docs/run-directory.md``); nothing in it is guessed from the data. Runs that failed or
+never finished stay in :attr:`RunSet.runs` with their status; their data is left out of
+:attr:`RunSet.events`, :attr:`RunSet.samples` and :attr:`RunSet.epochs` unless
+``include_failed=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import schema
+from analysis.errors import ReadError, RecoveryWarning, ScalescopeError
+
+#: The newest manifest format version this code reads.
+FORMAT_VERSION = 1
+#: Status of a run whose data is used by default.
+OK_STATUS = "ok"
+
+RUN_COLUMNS: dict[str, str] = {
+    "run_id": "object",
+    "experiment": "object",
+    "path": "object",
+    "status": "object",
+    "exit_code": "Int64",
+    "log_tail": "object",
+    "framework": "object",
+    "backend": "object",
+    "config_backend": "object",
+    "n_ranks": "Int64",
+    "n_nodes": "Int64",
+    "batch_size": "Int64",
+    "global_batch_size": "Int64",
+    "learning_rate": "float64",
+    "lr_scaling": "object",
+    "repeat": "Int64",
+    "epochs": "Int64",
+    "dataset_size": "Int64",
+    "n_params": "Int64",
+    "sampler_kind": "object",
+    "sampler_interval_s": "float64",
+    "gpu_model": "object",
+    "horovod_controller": "object",
+    "time_origin": "object",
+    "start_time": "object",
+    "end_time": "object",
+    "wall_s": "float64",
+}
+
+EPOCH_COLUMNS: dict[str, str] = {
+    "run_id": "object",
+    "rank": "Int32",
+    "epoch": "Int32",
+    "epoch_time_s": "float64",
+    "samples": "Int64",
+    "train_loss": "float64",
+    "val_loss": "float64",
+    "val_metric": "float64",
+    "peak_mem_mib": "float64",
+    "peak_mem_kind": "object",
+    "wall_ns": "Int64",
+}
+
+
+def _load_json(path: Path, fmt: str) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReadError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise ReadError(path, "file is empty")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReadError(path, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ReadError(path, f"expected a JSON object, found {type(data).__name__}")
+    if data.get("format") not in (None, fmt):
+        raise ReadError(path, f"format is {data.get('format')!r}, expected {fmt!r}")
+    version = data.get("format_version", 1)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ReadError(
+            path, f"format_version {version!r} is newer than this scalescope reads ({FORMAT_VERSION}); upgrade scalescope"
+        )
+    return data
+
+
+def _log_tail(run_dir: Path | None, n_lines: int = 20) -> str | None:
+    if run_dir is None:
+        return None
+    parts = []
+    for name in ("stderr.log", "stdout.log"):
+        f = run_dir / name
+        if f.is_file():
+            try:
+                lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                continue
+            if lines:
+                parts.append("\n".join(lines[-n_lines:]))
+    return "\n".join(parts) or None
+
+
+def _backend_label(framework: str | None, backend: str | None, config: dict) -> str | None:
+    if config.get("backend"):
+        return str(config["backend"])
+    if framework in (None, "none"):
+        return "none" if framework == "none" else None
+    return f"{framework}-{backend}" if backend else str(framework)
+
+
+def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest: dict | None) -> dict:
+    m = manifest or {}
+    config = m.get("config") or entry.get("config") or {}
+    sampler = m.get("sampler") or {}
+    world = m.get("world_size")
+    if world is None:
+        world = config.get("np")  # the sweep's requested world size (run never wrote run.json)
+    n_nodes = m.get("n_nodes")
+    if n_nodes is None and m.get("ranks_per_host"):
+        n_nodes = len(m["ranks_per_host"])
+    batch = m.get("batch_size", config.get("batch_size"))
+    gbs = m.get("global_batch_size")
+    if gbs is None and batch is not None and world is not None:
+        gbs = int(batch) * int(world)
+    status = entry.get("status") or m.get("status") or "unknown"
+    exit_code = entry.get("exit_code", m.get("exit_code"))
+    log_tail = entry.get("log_tail")
+    if log_tail is None and status != OK_STATUS:
+        log_tail = _log_tail(run_dir)
+    framework = m.get("framework")
+    if framework is None and config.get("backend"):
+        framework = "none" if config["backend"] == "none" else str(config["backend"]).split("-")[0]
+    backend = m.get("backend")
+    if backend is None and framework not in (None, "none") and "-" in str(config.get("backend", "")):
+        backend = str(config["backend"]).split("-", 1)[1]
+    row = {
+        "run_id": entry.get("run_id") or m.get("run_id") or (run_dir.name if run_dir else None),
+        "experiment": experiment,
+        "path": str(run_dir) if run_dir is not None else None,
+        "status": status,
+        "exit_code": exit_code,
+        "log_tail": log_tail,
+        "framework": framework,
+        "backend": backend,
+        "config_backend": _backend_label(framework, backend, config),
+        "n_ranks": world,
+        "n_nodes": n_nodes,
+        "batch_size": batch,
+        "global_batch_size": gbs,
+        "learning_rate": m.get("learning_rate"),
+        "lr_scaling": m.get("lr_scaling"),
+        "repeat": config.get("repeat"),
+        "epochs": m.get("epochs"),
+        "dataset_size": m.get("dataset_size"),
+        "n_params": m.get("n_params"),
+        "sampler_kind": sampler.get("kind"),
+        "sampler_interval_s": sampler.get("interval_s"),
+        "gpu_model": (m.get("gpu") or {}).get("model"),
+        "horovod_controller": (m.get("horovod") or {}).get("controller"),
+        # our traces carry Unix-epoch ns on each rank's clock, put on rank 0's by the reader
+        "time_origin": "unix_epoch" if manifest is not None else None,
+        "start_time": m.get("start_time"),
+        "end_time": m.get("end_time"),
+        "wall_s": entry.get("wall_s"),
+    }
+    for key, value in (config.get("vary") or {}).items():
+        row[f"vary_{key}"] = value
+    return row
+
+
+def _typed_runs(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    for col, dtype in RUN_COLUMNS.items():
+        if col not in df:
+            df[col] = None
+        if dtype == "object":
+            df[col] = df[col].astype(object).where(df[col].notna(), None)
+        elif dtype == "float64":
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+        else:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype(dtype)
+    extra = [c for c in df.columns if c not in RUN_COLUMNS]
+    return df[[*RUN_COLUMNS, *sorted(extra)]].reset_index(drop=True)
+
+
+def _scan(path: Path) -> list[tuple[str | None, dict, Path | None, dict | None]]:
+    """(experiment name, experiment entry, run dir, run manifest) for every run under path."""
+    if not path.exists():
+        raise ReadError(path, "directory not found")
+    if not path.is_dir():
+        raise ReadError(path, "not a directory (expected an experiment or run directory)")
+    if (path / "run.json").is_file():
+        return [(None, {}, path, _load_json(path / "run.json", "scalescope.run"))]
+    exp_file = path / "experiment.json"
+    if exp_file.is_file():
+        exp = _load_json(exp_file, "scalescope.experiment")
+        name = exp.get("name") or path.name
+        runs = exp.get("runs")
+        if not isinstance(runs, list):
+            raise ReadError(exp_file, "has no 'runs' list")
+        out = []
+        listed = set()
+        for i, entry in enumerate(runs):
+            if not isinstance(entry, dict) or not entry.get("run_id"):
+                raise ReadError(exp_file, f"runs[{i}] has no run_id")
+            run_dir = path / str(entry["run_id"])
+            listed.add(run_dir.name)
+            manifest = None
+            if (run_dir / "run.json").is_file():
+                manifest = _load_json(run_dir / "run.json", "scalescope.run")
+            out.append((name, entry, run_dir if run_dir.is_dir() else None, manifest))
+        unlisted = sorted(d.name for d in path.iterdir() if (d / "run.json").is_file() and d.name not in listed)
+        if unlisted:
+            warnings.warn(
+                f"{exp_file}: {len(unlisted)} run director(ies) not listed in the manifest are ignored: "
+                + ", ".join(unlisted[:10]),
+                RecoveryWarning,
+                stacklevel=3,
+            )
+        return out
+    run_dirs = sorted(d for d in path.iterdir() if (d / "run.json").is_file())
+    if not run_dirs:
+        raise ReadError(path, "neither an experiment directory (experiment.json) nor a run directory (run.json), "
+                              "and no run directories inside")
+    return [(path.name, {}, d, _load_json(d / "run.json", "scalescope.run")) for d in run_dirs]
+
+
+def _empty(columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+
+
+def read_epochs(run_dir: str | os.PathLike[str], *, run_id: str | None = None) -> pd.DataFrame:
+    """Per-rank epoch metrics of one run directory (``rank-NNNNN.epochs.jsonl``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (rank, epoch) with the columns of :data:`EPOCH_COLUMNS`.
+
+    Notes
+    -----
+    The files are appended line by line, so a killed rank can leave a cut-off last line:
+    it is dropped with one :class:`~analysis.errors.RecoveryWarning`. Any other line that
+    is not a JSON object raises :class:`~analysis.errors.ReadError`.
+    """
+    run_dir = Path(run_dir)
+    rid = run_id or run_dir.name
+    rows = []
+    for f in sorted(run_dir.glob("rank-*.epochs.jsonl")):
+        try:
+            text = f.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ReadError(f, f"cannot read: {exc.strerror or exc}") from None
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:  # no newline after it: cut off while being written
+                    warnings.warn(
+                        f"{f}: dropped a cut-off last line ({len(line)} bytes) of a run that stopped while writing",
+                        RecoveryWarning,
+                        stacklevel=2,
+                    )
+                    continue
+                raise ReadError(f, f"line {i + 1} is not valid JSON") from None
+            if not isinstance(obj, dict):
+                raise ReadError(f, f"line {i + 1} is not a JSON object")
+            if "rank" not in obj:
+                try:
+                    obj["rank"] = int(f.name.split("-")[1].split(".")[0])
+                except (IndexError, ValueError):
+                    raise ReadError(f, f"line {i + 1} has no rank") from None
+            rows.append({c: obj.get(c) for c in EPOCH_COLUMNS if c != "run_id"})
+    if not rows:
+        return _empty(EPOCH_COLUMNS)
+    df = pd.DataFrame(rows)
+    df.insert(0, "run_id", rid)
+    for col, dtype in EPOCH_COLUMNS.items():
+        if dtype == "object":
+            df[col] = df[col].astype(object).where(df[col].notna(), None)
+        else:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype(dtype)
+    return df.sort_values(["rank", "epoch"], kind="stable").reset_index(drop=True)
+
+
+class RunSet:
+    """Runs of one or more experiments: a runs table and lazily loaded data tables.
+
+    Parameters
+    ----------
+    runs
+        The runs table (see :meth:`from_dirs`).
+    events, samples, epochs
+        Already loaded tables; ``None`` loads them on first access from each run's ``path``.
+    include_failed
+        Use the data of runs whose status is not ``ok`` as well.
+
+    Attributes
+    ----------
+    runs
+        One row per run: ``run_id``, ``experiment``, ``path``, ``status``, ``exit_code``,
+        ``log_tail``, ``framework``, ``backend``, ``config_backend`` (e.g.
+        ``horovod-gloo``), ``n_ranks`` (the manifest's ``world_size``), ``n_nodes``,
+        ``batch_size`` (per rank), ``global_batch_size``, ``learning_rate``,
+        ``lr_scaling``, ``repeat``, ``epochs``, ``dataset_size``, ``n_params``,
+        ``sampler_kind``, ``sampler_interval_s``, ``gpu_model``, ``horovod_controller``,
+        ``time_origin``, ``start_time``, ``end_time``, ``wall_s`` and one ``vary_<name>``
+        column per varied sweep parameter.
+    """
+
+    def __init__(
+        self,
+        runs: pd.DataFrame,
+        *,
+        events: pd.DataFrame | None = None,
+        samples: pd.DataFrame | None = None,
+        epochs: pd.DataFrame | None = None,
+        include_failed: bool = False,
+    ):
+        if "run_id" not in runs.columns:
+            raise ScalescopeError("a runs table needs a run_id column")
+        if runs["run_id"].duplicated().any():
+            dup = sorted(runs.loc[runs["run_id"].duplicated(), "run_id"].astype(str))
+            raise ScalescopeError(f"duplicate run_id(s) in the runs table: {dup}")
+        self._runs = runs.reset_index(drop=True)
+        self._tables: dict[str, pd.DataFrame | None] = {"events": events, "samples": samples, "epochs": epochs}
+        self.include_failed = include_failed
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dirs(
+        cls, paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *, include_failed: bool = False
+    ) -> RunSet:
+        """Load experiment directories (``experiment.json``), run directories (``run.json``)
+        or directories of run directories.
+
+        A run listed in ``experiment.json`` whose directory or ``run.json`` is missing is
+        kept in :attr:`runs` with the status the launcher recorded. When two experiments hold
+        the same ``run_id``, both are renamed ``<experiment>/<run_id>``.
+        """
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        rows = []
+        for p in paths:
+            for exp, entry, run_dir, manifest in _scan(Path(p)):
+                rows.append(_run_row(exp, entry, run_dir, manifest))
+        if not rows:
+            raise ScalescopeError("no runs found in " + ", ".join(map(str, paths)))
+        ids = pd.Series([r["run_id"] for r in rows])
+        dup = ids.duplicated(keep=False)
+        for r, d in zip(rows, dup, strict=False):
+            if d:
+                r["run_id"] = f"{r['experiment']}/{r['run_id']}"
+        if pd.Series([r["run_id"] for r in rows]).duplicated().any():
+            raise ScalescopeError("the same run was given twice: " + ", ".join(sorted(ids[dup].astype(str))))
+        return cls(_typed_runs(rows), include_failed=include_failed)
+
+    # ------------------------------------------------------------------ tables
+    @property
+    def runs(self) -> pd.DataFrame:
+        """The runs table (one row per run, failed ones included)."""
+        return self._runs
+
+    def usable_runs(self) -> pd.DataFrame:
+        """Runs whose data is used: status ``ok`` (all runs with ``include_failed``)."""
+        if self.include_failed:
+            return self._runs
+        return self._runs[self._runs["status"] == OK_STATUS].reset_index(drop=True)
+
+    def failed_runs(self) -> pd.DataFrame:
+        """Runs whose status is not ``ok`` (failed, oom, timeout, killed, running...)."""
+        return self._runs[self._runs["status"] != OK_STATUS].reset_index(drop=True)
+
+    def _load(self, which: str) -> pd.DataFrame:
+        frames = []
+        for row in self.usable_runs().itertuples(index=False):
+            if row.path is None or not Path(row.path).is_dir():
+                continue
+            if which == "epochs":
+                frames.append(read_epochs(row.path, run_id=row.run_id))
+                continue
+            from analysis.readers.scalescope import read_run_dir
+
+            df = read_run_dir(row.path, kind=which)
+            if len(df):
+                df = df.copy()
+                # the runs table's id is the key (it differs when two experiments collide)
+                df["run_id"] = schema._as_category(np.full(len(df), row.run_id, dtype=object), len(df))
+            frames.append(df)
+        if which == "epochs":
+            frames = [f for f in frames if len(f)]
+            return pd.concat(frames, ignore_index=True) if frames else _empty(EPOCH_COLUMNS)
+        if not frames:
+            return schema.empty_events() if which == "events" else schema.empty_samples()
+        return schema.concat(frames)
+
+    def _table(self, which: str) -> pd.DataFrame:
+        if self._tables[which] is None:
+            self._tables[which] = self._load(which)
+        return self._tables[which]
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """All events of the usable runs (tidy schema), loaded on first access."""
+        return self._table("events")
+
+    @property
+    def samples(self) -> pd.DataFrame:
+        """All NVML / CPU samples of the usable runs, loaded on first access."""
+        return self._table("samples")
+
+    @property
+    def epochs(self) -> pd.DataFrame:
+        """Per-rank epoch metrics of the usable runs (:data:`EPOCH_COLUMNS`)."""
+        return self._table("epochs")
+
+    # ------------------------------------------------------------------ subsets
+    def _subset(self, runs: pd.DataFrame) -> RunSet:
+        keep = set(runs["run_id"])
+        tables = {}
+        for name, df in self._tables.items():
+            if df is None:
+                tables[name] = None
+            else:
+                tables[name] = df[df["run_id"].astype(object).isin(keep)].reset_index(drop=True)
+        return RunSet(runs.reset_index(drop=True), include_failed=self.include_failed, **tables)
+
+    def filter(self, **meta: object) -> RunSet:
+        """Runs whose columns match: a scalar is compared for equality, a list/tuple/set
+        is a membership test, a callable gets the column and returns a boolean mask.
+
+        >>> rs.filter(framework="horovod", n_ranks=[2, 4])      # doctest: +SKIP
+        >>> rs.filter(n_ranks=lambda n: n > 1)                  # doctest: +SKIP
+        """
+        mask = pd.Series(True, index=self._runs.index)
+        for col, want in meta.items():
+            if col not in self._runs.columns:
+                raise ScalescopeError(f"no run column {col!r}; columns are {list(self._runs.columns)}")
+            values = self._runs[col]
+            if callable(want):
+                m = pd.Series(want(values), index=self._runs.index).fillna(False).astype(bool)
+            elif isinstance(want, (list, tuple, set, frozenset)):
+                m = values.isin(list(want)).fillna(False).astype(bool)
+            elif want is None:
+                m = values.isna()
+            else:
+                m = (values == want).fillna(False).astype(bool)
+            mask &= m
+        return self._subset(self._runs[mask])
+
+    def select(self, **columns: object) -> RunSet:
+        """Keep only the event rows whose columns match (same rules as :meth:`filter`),
+        e.g. ``select(kind="phase", name=["forward", "backward"])``; the runs are kept."""
+        ev = self.events
+        mask = pd.Series(True, index=ev.index)
+        for col, want in columns.items():
+            if col not in ev.columns:
+                raise ScalescopeError(f"no event column {col!r}; columns are {list(ev.columns)}")
+            values = ev[col]
+            if callable(want):
+                m = pd.Series(want(values), index=ev.index)
+            elif isinstance(want, (list, tuple, set, frozenset)):
+                m = values.astype(object).isin(list(want))
+            else:
+                m = values.astype(object) == want
+            mask &= m.fillna(False).astype(bool)
+        tables = dict(self._tables)
+        tables["events"] = ev[mask].reset_index(drop=True)
+        return RunSet(self._runs, include_failed=self.include_failed, **tables)
+
+    def groupby(self, col: str) -> Iterator[tuple[object, RunSet]]:
+        """``(value, RunSet)`` for each distinct value of a runs column, in sorted order."""
+        if col not in self._runs.columns:
+            raise ScalescopeError(f"no run column {col!r}; columns are {list(self._runs.columns)}")
+        for value, part in self._runs.groupby(col, sort=True, dropna=False):
+            yield value, self._subset(part)
+
+    def apply(self, func: Callable[[RunSet], pd.DataFrame]) -> pd.DataFrame:
+        """Call ``func`` on this RunSet (convenience for method chains)."""
+        return func(self)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def __repr__(self) -> str:
+        status = self._runs["status"].value_counts().to_dict()
+        return f"RunSet({len(self._runs)} runs: {status})"

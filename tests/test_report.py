@@ -1,0 +1,154 @@
+"""The HTML report on the hand-built experiment (and on any experiment directory given in
+$SCALESCOPE_TEST_EXPERIMENT), its export/ folder, the browser-free fallback, and one
+render in headless Chromium that fails on any JavaScript error."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import report
+from analysis.export import find_browser
+from analysis.runset import RunSet
+
+SECTION_IDS = ("summary", "_study_breakdown|breakdown", "sync", "scaling", "overhead", "usage", "backends", "batch",
+               "memory", "model", "stragglers")
+
+
+@pytest.fixture(scope="module")
+def exp(data_dir):
+    return data_dir / "experiment_small"
+
+
+def check_report(exp_dir: Path, page: Path) -> str:
+    """Assertions that hold for any experiment: every run listed, every study either shown or
+    skipped with a reason, failed runs with their log tails, plotly.js inlined once."""
+    html = page.read_text(encoding="utf-8")
+    assert html.count("* plotly.js v") == 1
+    rs = RunSet.from_dirs(exp_dir)
+    for run_id in rs.runs["run_id"]:
+        assert run_id in html
+    for f in rs.failed_runs().itertuples():
+        assert f"<strong>{f.run_id}</strong>" in html
+    for title in report._TITLES.values():
+        assert title in html
+    n_skipped = html.count('class="skipped">Skipped: ')
+    n_figures = len(re.findall(r'<div class="figure" id="figure-', html))
+    assert n_figures + n_skipped >= 1
+    assert (page.parent / "export").is_dir()
+    return html
+
+
+def test_report_on_hand_built_experiment(exp, tmp_path):
+    page = report.build_report(exp, tmp_path / "rep", static=False)
+    assert page == tmp_path / "rep" / "index.html"
+    html = check_report(exp, page)
+    assert "Static figure export was skipped (--no-static)." in html
+    # the failed run with its log tail
+    assert "RuntimeError: Gloo connectFullMesh failed" in html
+    # the one study this experiment cannot support, with the reason
+    assert "Skipped: needs two or more backends" in html
+    for fig in ("breakdown", "sync", "scaling", "overhead", "device_usage", "batch_size", "model", "stragglers",
+                "negotiation", "horovod_allreduce"):
+        assert f'id="figure-{fig}"' in html, fig
+    summary = pd.read_csv(tmp_path / "rep" / "export" / "summary.csv")
+    hg = summary[summary["config_backend"] == "horovod-gloo"].set_index("n_ranks")
+    assert hg.loc[4, "speedup"] == pytest.approx(40 / 15)
+    assert hg.loc[2, "efficiency_frac"] == pytest.approx(40 / 27 / 2)
+    assert hg.loc[4, "sync_exposed_frac"] == pytest.approx(5 / 15)
+    assert hg.loc[1, "data_frac"] == pytest.approx(1 / 11.5)
+    overhead = pd.read_csv(tmp_path / "rep" / "export" / "overhead.csv")
+    assert overhead["overhead_pct"].iloc[0] == pytest.approx(15.0)
+    hv = pd.read_csv(tmp_path / "rep" / "export" / "horovod_allreduce.csv")
+    # per step: negotiation [6.0, 6.4) ms and op [6.5, 9.8) ms; 4 steps
+    assert hv["allreduce_total_s"].iloc[0] == pytest.approx(4 * 3.7e-3)
+    assert hv["n_fusion_duplicates"].iloc[0] == 12
+    assert (tmp_path / "rep" / "export" / "scaling.tex").read_text().startswith("\\begin{table}")
+    assert not list((tmp_path / "rep" / "export").glob("*.pdf"))
+
+
+def test_report_without_browser_still_writes_html(exp, tmp_path, monkeypatch):
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "missing-chromium"))
+    page = report.build_report(exp, tmp_path / "rep", static=True)
+    html = page.read_text(encoding="utf-8")
+    assert "Static figure export was skipped: static figure export needs a Chromium-based browser" in html
+    assert 'id="figure-scaling"' in html
+
+
+def test_report_command_line(exp, tmp_path, capsys):
+    rc = report.main([str(exp), "--out", str(tmp_path / "cli"), "--no-static"])
+    assert rc == 0
+    assert (tmp_path / "cli" / "index.html").is_file()
+    assert "report written to" in capsys.readouterr().out
+    assert report.main([str(tmp_path / "nowhere"), "--no-static"]) == 1
+
+
+def test_report_default_out_dir(exp, tmp_path):
+    copy = tmp_path / "exp"
+    shutil.copytree(exp, copy)
+    page = report.build_report(copy, static=False)
+    assert page == copy / "report" / "index.html"
+
+
+@pytest.mark.skipif(not os.environ.get("SCALESCOPE_TEST_EXPERIMENT"),
+                    reason="set SCALESCOPE_TEST_EXPERIMENT to an experiment directory (e.g. one from the sweep)")
+def test_report_on_any_experiment(tmp_path):
+    exp_dir = Path(os.environ["SCALESCOPE_TEST_EXPERIMENT"])
+    page = report.build_report(exp_dir, tmp_path / "rep", static=False)
+    check_report(exp_dir, page)
+
+
+ERROR_COLLECTOR = """<script>
+window.__errors = [];
+window.addEventListener('error', function (e) { window.__errors.push(String(e.message || e)); });
+window.addEventListener('unhandledrejection', function (e) { window.__errors.push('rejection: ' + e.reason); });
+window.addEventListener('load', function () {
+  setTimeout(function () {
+    var out = document.createElement('pre');
+    out.id = '__scalescope_errors';
+    out.textContent = JSON.stringify({errors: window.__errors,
+                                      plots: document.querySelectorAll('.js-plotly-plot .main-svg').length > 0 ?
+                                             document.querySelectorAll('.js-plotly-plot').length : 0});
+    document.body.appendChild(out);
+  }, 500);
+});
+</script>"""
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return find_browser()
+
+
+@pytest.mark.chromium
+def test_report_static_export_and_renders_without_js_errors(exp, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium-based browser")
+    page = report.build_report(exp, tmp_path / "rep", static=True)
+    export_dir = tmp_path / "rep" / "export"
+    for fmt in ("pdf", "svg", "png"):
+        assert (export_dir / f"scaling.{fmt}").stat().st_size > 0
+    html = page.read_text(encoding="utf-8")
+    n_figures = len(re.findall(r'<div class="figure" id="figure-', html))
+    probe = tmp_path / "probe.html"
+    probe.write_text(html.replace("<head>", "<head>" + ERROR_COLLECTOR, 1), encoding="utf-8")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'prof'}",
+           "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="__scalescope_errors">(.*?)</pre>', done.stdout, re.S)
+    assert m, f"the page never finished loading; chromium said: {done.stderr[-2000:]}"
+    result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert result["errors"] == []
+    assert result["plots"] == n_figures
