@@ -144,3 +144,35 @@ def export_table(df: pd.DataFrame, path: str | os.PathLike[str], *, float_format
         raise ScalescopeError(f"LaTeX export needs jinja2 (a scalescope dependency): {exc}") from exc
     tex.write_text(latex, encoding="utf-8")
     return [tex, csv]
+
+
+def export_bundle(
+    out_dir: str | os.PathLike[str],
+    *,
+    figures: Mapping[str, go.Figure] | None = None,
+    tables: Mapping[str, pd.DataFrame] | None = None,
+    formats: Sequence[str] = FORMATS,
+) -> list[Path]:
+    """Write a notebook's or report's figures and tables into one folder.
+
+    Tables always go out as LaTeX and CSV. Figures go out as ``formats`` when a browser is
+    available; without one they are skipped with a warning that says how to get one (the
+    tables are still written), so a notebook never fails at its export cell for that reason.
+
+    Returns
+    -------
+    list of pathlib.Path
+        Every file written.
+    """
+    import warnings
+
+    out = Path(out_dir)
+    written: list[Path] = []
+    for name, df in (tables or {}).items():
+        written.extend(export_table(df, out / name))
+    if figures:
+        if find_browser() is None:
+            warnings.warn(f"figures not exported: {NO_BROWSER}", UserWarning, stacklevel=2)
+        else:
+            written.extend(export_many(figures, out, formats=formats))
+    return written

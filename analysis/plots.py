@@ -485,3 +485,53 @@ def plot_negotiation(table: pd.DataFrame, *, title: str = "Horovod negotiation: 
     fig.update_xaxes(title_text="time since the first negotiation (s)")
     fig.update_yaxes(title_text="last minus first ready (ms)", rangemode="tozero")
     return apply_theme(fig)
+
+
+def plot_timeline(events: pd.DataFrame, *, steps: Sequence[int] | None = None, max_steps: int = 3,
+                  title: str = "Timeline of a few training steps") -> go.Figure:
+    """Gantt-style view of a few steps of one run: one row per rank (phases) plus rows for
+    communication records (DDP buckets, Horovod timeline activity), time relative to the
+    first shown step's start.
+
+    Parameters
+    ----------
+    events
+        Events of **one** run (e.g. ``RunSet.filter(run_id=...).events``).
+    steps
+        The steps to show; default the first ``max_steps`` steps after the first one (the
+        first step includes warm-up).
+    """
+    _need(events, ["run_id", "rank", "name", "kind", "cat", "start_ns", "dur_ns", "step"], "plot_timeline")
+    if events["run_id"].nunique() > 1:
+        raise ScalescopeError("plot_timeline shows one run; filter the events to a single run_id first")
+    ph = events[(events["kind"] == "phase") & events["step"].notna() & (events["name"] != "epoch")]
+    if ph.empty:
+        raise ScalescopeError("no training-phase records with a step number to show")
+    if steps is None:
+        all_steps = sorted(ph["step"].dropna().unique())
+        steps = all_steps[1:1 + max_steps] if len(all_steps) > max_steps else all_steps[:max_steps]
+    shown = ph[ph["step"].isin(list(steps))]
+    t0, t1 = int(shown["start_ns"].min()), int((shown["start_ns"] + shown["dur_ns"]).max())
+    ev = events[(events["start_ns"] < t1) & (events["start_ns"] + events["dur_ns"] > t0)]
+    rows = []
+    for r in ev.itertuples(index=False):
+        if r.kind == "phase" and r.name != "epoch":
+            lane = f"rank {r.rank}" if r.name != "step" else f"rank {r.rank} step"
+        elif r.kind == "comm" and r.cat == "ddp_hook":
+            lane = f"rank {r.rank} allreduce"
+        elif getattr(r, "source", None) == "horovod" and r.cat in ("op", "activity") and r.kind != "marker":
+            lane = f"horovod {r.cat}"
+        else:
+            continue
+        rows.append((lane, str(r.name), (r.start_ns - t0) / 1e6, r.dur_ns / 1e6))
+    df = pd.DataFrame(rows, columns=["lane", "name", "start_ms", "dur_ms"])
+    fig = go.Figure()
+    for i, (name, g) in enumerate(df.groupby("name", sort=False)):
+        fig.add_trace(go.Bar(y=g["lane"], x=g["dur_ms"], base=g["start_ms"], orientation="h", name=name,
+                             marker_color=COMPONENT_COLOURS.get("sync_exposed" if name == "sync" else name,
+                                                                PALETTE[i % len(PALETTE)]),
+                             hovertemplate=f"{name}<br>start %{{base:.3f}} ms<br>%{{x:.3f}} ms<extra></extra>"))
+    lanes = sorted(df["lane"].unique(), key=lambda s: (not s.startswith("rank"), s))
+    fig.update_layout(title=title, barmode="overlay", xaxis_title="time since the first shown step (ms)",
+                      yaxis_title="track", yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]})
+    return apply_theme(fig)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import html
-import math
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -311,37 +310,15 @@ def _study_model(ctx: _Context) -> Section:
     sec = Section("model", "9. What-if: alpha-beta ring-allreduce model",
                   "t(N) = 2(N-1)·alpha + 2(N-1)/N · bytes/beta fitted to the measured sync time per step; "
                   "predictions at unmeasured rank counts assume constant compute per sample.")
-    cost = _sync(ctx)
-    runs = _runs(ctx)
-    pts = cost[cost["n_ranks"] >= 2]
-    _multi(pts["n_ranks"], 2, "sync times at two or more rank counts >= 2")
-    n_params = runs["n_params"].dropna()
-    if n_params.empty:
-        raise Skip("the manifests do not give n_params (needed for the bytes per synchronisation)")
-    nbytes = float(n_params.iloc[0]) * 4
-    config = pts["config_backend"].value_counts().index[0]
-    pts = pts[pts["config_backend"] == config]
-    _multi(pts["n_ranks"], 2, f"sync times of {config} at two or more rank counts >= 2")
-    measured = pts[["n_ranks", "sync_mean_s"]].rename(columns={"sync_mean_s": "sync_s"})
-    fit = M.fit_alpha_beta(measured, bytes_per_sync=nbytes)
-    pr = ctx.per_run
-    base = pr[(pr["framework"] == "none") & (pr["n_ranks"] == 1)]
-    cfg = pr[pr["config_backend"] == config]
-    batch = int(cfg["batch_size"].median())
-    if not base.empty and (base["batch_size"] == batch).any():
-        base = base[base["batch_size"] == batch]
-    ref = base if not base.empty else cfg[cfg["n_ranks"] == cfg["n_ranks"].min()]
-    dataset = int(ref["samples_per_epoch"].median())
-    per_sample = float(ref["epoch_time_s"].median()) / dataset
-    n_max = int(pts["n_ranks"].max())
-    grid = sorted({1, *[int(n) for n in pts["n_ranks"]], *[2**k for k in range(0, int(math.log2(4 * n_max)) + 1)]})
-    pred = M.predict_scaling(fit, n_ranks=grid, compute_per_sample_s=per_sample, batch_size=batch,
-                             dataset_size=dataset, baseline_epoch_time_s=float(ref["epoch_time_s"].median()))
-    table, _ = _scaling(ctx)
-    ms = table[table["config_backend"] == config][["n_ranks", "speedup"]]
-    sec.figures.append(("model", P.plot_model(measured, pred, measured_speedup=ms)))
-    sec.tables.append(("model_fit", fit, f"{config}; bytes per sync = n_params × 4 = {nbytes:.0f}."))
-    sec.tables.append(("model_prediction", pred, "Predicted at measured and unmeasured rank counts."))
+    try:
+        w = M.what_if(_sync(ctx), ctx.per_run, _runs(ctx))
+    except ScalescopeError as exc:
+        raise Skip(str(exc)) from None
+    cfg = w["config"].iloc[0]
+    sec.figures.append(("model", P.plot_model(w["measured"], w["prediction"], measured_speedup=w["measured_speedup"])))
+    sec.tables.append(("model_fit", w["fit"], f"{cfg.config_backend}; bytes per sync = n_params × 4 = "
+                                              f"{cfg.bytes_per_sync:.0f}."))
+    sec.tables.append(("model_prediction", w["prediction"], "Predicted at measured and unmeasured rank counts."))
     return sec
 
 

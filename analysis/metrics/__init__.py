@@ -17,7 +17,13 @@ from analysis.metrics.breakdown import (
     time_breakdown,
 )
 from analysis.metrics.memory import compute_update_breakdown, peak_memory
-from analysis.metrics.model import fit_alpha_beta, pipeline_bubble, predict_scaling, predict_sync
+from analysis.metrics.model import (
+    fit_alpha_beta,
+    pipeline_bubble,
+    predict_scaling,
+    predict_sync,
+    what_if,
+)
 from analysis.metrics.overhead import framework_overhead
 from analysis.metrics.scaling import (
     epoch_times,
@@ -63,4 +69,5 @@ __all__ = [
     "time_breakdown",
     "usage_by_ranks",
     "validation_curves",
+    "what_if",
 ]

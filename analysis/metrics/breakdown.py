@@ -431,7 +431,24 @@ GPU_KINDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def gpu_time_breakdown(events: pd.DataFrame) -> pd.DataFrame:
+_PROFILER_STEP = r"^ProfilerStep#\d+$"
+
+
+def _launched_before_last_profiler_step(g: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+    """HTA's trace filter: the GPU rows ``g`` whose launching host call (same ``correlation``)
+    started before the last ``ProfilerStep#N`` range of the rank; unchanged when the rank has
+    fewer than two profiler steps (HTA does not filter then either)."""
+    names = plain(host["name"]).astype(str)
+    steps = host[(plain(host["kind"]) == "range") & names.str.match(_PROFILER_STEP)]
+    if steps["name"].nunique() < 2:
+        return g
+    last_start = int(steps["start_ns"].max())
+    launches = host[host["correlation"].notna() & (host["start_ns"] < last_start)]
+    keep = g["correlation"].isin(set(launches["correlation"].astype(np.int64).tolist()))
+    return g[keep.fillna(False).astype(bool).to_numpy()]
+
+
+def gpu_time_breakdown(events: pd.DataFrame, *, drop_last_profiler_step: bool = False) -> pd.DataFrame:
     """GPU timeline per rank: computation, communication, memory and idle time.
 
     Parameters
@@ -439,6 +456,13 @@ def gpu_time_breakdown(events: pd.DataFrame) -> pd.DataFrame:
     events
         Event frame from Kineto or nsys traces: GPU rows are those of kind ``compute``,
         ``comm``, ``memcpy`` or ``memset`` with a ``device`` or ``stream``.
+    drop_last_profiler_step
+        Apply Holistic Trace Analysis' default trace filter first (``TraceAnalysis(...,
+        include_last_profiler_step=False)``): when a rank's Kineto trace has two or more
+        ``ProfilerStep#N`` ranges, keep only the GPU rows launched (runtime call with the
+        same ``correlation``) before the last one starts. The last profiler step is usually
+        cut short by the profiler's stop, and GPU rows without a launching call in the
+        trace are dropped too. Default ``False``: every GPU row counts.
 
     Returns
     -------
@@ -462,12 +486,22 @@ def gpu_time_breakdown(events: pd.DataFrame) -> pd.DataFrame:
     """
     require_columns(events, ("run_id", "rank", "kind", "device", "stream", "start_ns", "dur_ns"), "gpu_time_breakdown")
     kinds = plain(events["kind"])
-    gpu = events[kinds.isin(["compute", "comm", "memcpy", "memset"])
-                 & (events["device"].notna() | events["stream"].notna())]
+    on_gpu = kinds.isin(["compute", "comm", "memcpy", "memset"]) & (
+        events["device"].notna() | events["stream"].notna())
+    gpu = events[on_gpu]
     gpu = gpu.assign(run_id=plain(gpu["run_id"]), kind=plain(gpu["kind"]))
+    if drop_last_profiler_step:
+        require_columns(events, ("name", "correlation"), "gpu_time_breakdown")
+        host = events[events["device"].isna() & events["stream"].isna()]
+        host = host.assign(run_id=plain(host["run_id"]))
     rows = []
     for run_id, rank in group_keys(gpu, ("run_id", "rank")):
         g = gpu[(gpu["run_id"] == run_id) & _eq(gpu["rank"], rank)]
+        if drop_last_profiler_step:
+            g = _launched_before_last_profiler_step(
+                g, host[(host["run_id"] == run_id) & _eq(host["rank"], rank)])
+            if g.empty:
+                continue
         sets = {k: iv.union(g.loc[g["kind"].isin(v), "start_ns"].to_numpy(np.int64),
                             end_ns(g[g["kind"].isin(v)])) for k, v in GPU_KINDS.items()}
         ends = end_ns(g)

@@ -18,7 +18,8 @@ def _design(n: np.ndarray, nbytes: float) -> np.ndarray:
     return np.column_stack([2 * (n - 1), 2 * (n - 1) / n * nbytes])
 
 
-def fit_alpha_beta(points: pd.DataFrame, *, bytes_per_sync: float, x: str = "n_ranks", y: str = "sync_s") -> pd.DataFrame:
+def fit_alpha_beta(points: pd.DataFrame, *, bytes_per_sync: float, x: str = "n_ranks", y: str = "sync_s",
+                   alpha_s: float | None = None) -> pd.DataFrame:
     """Fit t(N) = 2(N-1)·alpha + 2(N-1)/N · bytes/beta to measured synchronisation times.
 
     Parameters
@@ -30,13 +31,17 @@ def fit_alpha_beta(points: pd.DataFrame, *, bytes_per_sync: float, x: str = "n_r
         are ignored (no communication).
     bytes_per_sync
         Bytes reduced per synchronisation (gradient size: ``n_params`` × 4 for float32).
+    alpha_s
+        Fix the latency instead of fitting it; then only the bandwidth is fitted, which one
+        rank count >= 2 suffices for (e.g. ``alpha_s=0`` gives the latency-free, optimistic
+        bound when only 1- and 2-rank runs exist).
 
     Returns
     -------
     pandas.DataFrame
         One row: ``alpha_s`` (latency per message), ``alpha_stderr_s``,
         ``beta_bytes_per_s`` (bandwidth), ``beta_stderr_bytes_per_s``, ``n_points``,
-        ``n_rank_counts``, ``rmse_s``, ``bytes_per_sync``.
+        ``n_rank_counts``, ``rmse_s``, ``bytes_per_sync``, ``alpha_fixed`` (bool).
 
     Notes
     -----
@@ -56,17 +61,25 @@ def fit_alpha_beta(points: pd.DataFrame, *, bytes_per_sync: float, x: str = "n_r
     n = p[x].to_numpy(float)
     t = p[y].to_numpy(float)
     m = len(n)
-    if m == 0 or len(np.unique(n)) < 2:
-        raise ScalescopeError(
-            f"the alpha-beta model needs sync times at two or more rank counts >= 2; got {sorted(set(n.tolist()))}")
     X = _design(n, bytes_per_sync)
-    scale = np.abs(X).max(axis=0)
-    coef_scaled, _ = optimize.nnls(X / scale, t)
-    alpha, c = coef_scaled / scale
+    if alpha_s is not None:
+        if m == 0:
+            raise ScalescopeError("the alpha-beta model needs at least one sync time at a rank count >= 2")
+        alpha = float(alpha_s)
+        rest = t - X[:, 0] * alpha
+        c = max(0.0, float((X[:, 1] @ rest) / (X[:, 1] @ X[:, 1])))
+    elif m == 0 or len(np.unique(n)) < 2:
+        raise ScalescopeError(
+            f"the alpha-beta model needs sync times at two or more rank counts >= 2; got {sorted(set(n.tolist()))}"
+            " (or fix the latency with alpha_s=...)")
+    else:
+        scale = np.abs(X).max(axis=0)
+        coef_scaled, _ = optimize.nnls(X / scale, t)
+        alpha, c = coef_scaled / scale
     resid = t - X @ np.array([alpha, c])
     rss = float((resid**2).sum())
     alpha_se = c_se = np.nan
-    if m >= 3 and alpha > 0 and c > 0:
+    if alpha_s is None and m >= 3 and alpha > 0 and c > 0:
         cov = rss / (m - 2) * np.linalg.inv(X.T @ X)
         alpha_se, c_se = float(np.sqrt(cov[0, 0])), float(np.sqrt(cov[1, 1]))
     beta = 1 / c if c > 0 else np.inf
@@ -75,6 +88,7 @@ def fit_alpha_beta(points: pd.DataFrame, *, bytes_per_sync: float, x: str = "n_r
         "alpha_s": float(alpha), "alpha_stderr_s": alpha_se, "beta_bytes_per_s": float(beta),
         "beta_stderr_bytes_per_s": float(beta_se), "n_points": m, "n_rank_counts": len(np.unique(n)),
         "rmse_s": float(np.sqrt(rss / m)), "bytes_per_sync": float(bytes_per_sync),
+        "alpha_fixed": alpha_s is not None,
     }])
 
 
@@ -164,3 +178,86 @@ def pipeline_bubble(n_stages: int, n_microbatches: int) -> float:
     if n_stages < 1 or n_microbatches < 1:
         raise ScalescopeError("n_stages and n_microbatches must be at least 1")
     return (n_stages - 1) / (n_stages + n_microbatches - 1)
+
+
+def what_if(cost: pd.DataFrame, per_run: pd.DataFrame, runs: pd.DataFrame, *, config: str | None = None,
+            max_factor: int = 4) -> dict[str, pd.DataFrame]:
+    """Fit the alpha-beta model to one configuration of an experiment and predict its scaling.
+
+    Parameters
+    ----------
+    cost
+        Per-run sync cost from :func:`analysis.metrics.sync.sync_cost` (``config_backend``,
+        ``n_ranks``, ``sync_mean_s``).
+    per_run
+        :func:`analysis.metrics.scaling.run_summary` of the same RunSet (epoch times, samples).
+    runs
+        ``RunSet.runs`` (for ``n_params``).
+    config
+        The ``config_backend`` to model; default the one with the most multi-rank runs.
+    max_factor
+        Predict at powers of two up to ``max_factor`` times the largest measured rank count.
+
+    Returns
+    -------
+    dict of pandas.DataFrame
+        ``measured`` (``n_ranks``, ``sync_s``), ``fit`` (:func:`fit_alpha_beta`),
+        ``prediction`` (:func:`predict_scaling`), ``measured_speedup`` (``n_ranks``,
+        ``speedup`` from the run summary, relative to the baseline used for the prediction),
+        and ``config`` (one row naming the configuration, batch size and bytes per sync).
+
+    Notes
+    -----
+    With sync times at only one rank count >= 2 (e.g. 1- and 2-GPU runs) alpha and beta
+    cannot both be fitted: the latency is then fixed at 0 (``alpha_fixed``; a
+    :class:`UserWarning` says so), which makes the predictions an optimistic bound.
+    Bytes per synchronisation = ``n_params`` × 4 (float32 gradients). Compute per sample is
+    the reference run's epoch time over its samples per epoch, where the reference is the
+    one-rank run without a framework at the configuration's median batch size when there is
+    one, else the configuration's run with the fewest ranks.
+
+    Raises
+    ------
+    ScalescopeError
+        When fewer than two rank counts >= 2 were measured or ``n_params`` is unknown.
+    """
+    import math
+
+    pts = cost[cost["n_ranks"] >= 2]
+    if config is None:
+        if pts.empty:
+            raise ScalescopeError("what-if needs sync times of runs with two or more ranks")
+        config = str(pts["config_backend"].value_counts().index[0])
+    pts = pts[pts["config_backend"] == config]
+    alpha_s = None
+    if pts["n_ranks"].nunique() < 2:
+        import warnings
+
+        warnings.warn(f"{config}: sync times at one rank count only ({sorted(pts['n_ranks'].unique().tolist())}): "
+                      "latency fixed at 0, bandwidth fitted; predictions are an optimistic bound", UserWarning,
+                      stacklevel=2)
+        alpha_s = 0.0
+    n_params = runs["n_params"].dropna()
+    if n_params.empty:
+        raise ScalescopeError("the manifests do not give n_params (needed for the bytes per synchronisation)")
+    nbytes = float(n_params.iloc[0]) * 4
+    measured = pts[["n_ranks", "sync_mean_s"]].rename(columns={"sync_mean_s": "sync_s"}).reset_index(drop=True)
+    fit = fit_alpha_beta(measured, bytes_per_sync=nbytes, alpha_s=alpha_s)
+    cfg = per_run[per_run["config_backend"] == config]
+    batch = int(cfg["batch_size"].median())
+    base = per_run[(per_run["framework"] == "none") & (per_run["n_ranks"] == 1)]
+    if not base.empty and (base["batch_size"] == batch).any():
+        base = base[base["batch_size"] == batch]
+    ref = base if not base.empty else cfg[cfg["n_ranks"] == cfg["n_ranks"].min()]
+    dataset = int(ref["samples_per_epoch"].median())
+    ref_time = float(ref["epoch_time_s"].median())
+    n_max = int(pts["n_ranks"].max())
+    grid = sorted({1, *(int(n) for n in pts["n_ranks"]),
+                   *(2**k for k in range(int(math.log2(max_factor * n_max)) + 1))})
+    pred = predict_scaling(fit, n_ranks=grid, compute_per_sample_s=ref_time / dataset, batch_size=batch,
+                           dataset_size=dataset, baseline_epoch_time_s=ref_time)
+    ms = cfg.groupby("n_ranks", as_index=False)["epoch_time_s"].median()
+    ms["speedup"] = ref_time / ms["epoch_time_s"]
+    info = pd.DataFrame({"config_backend": [config], "batch_size": [batch], "bytes_per_sync": [nbytes]})
+    return {"measured": measured, "fit": fit, "prediction": pred,
+            "measured_speedup": ms[["n_ranks", "speedup"]], "config": info}

@@ -163,3 +163,16 @@ def test_phase_stragglers():
     assert t["is_last"].tolist() == [False, True, False]
     s = straggler_summary(t).set_index("rank")
     assert s.loc[1, "n_last"] == 1 and s.loc[0, "wait_mean_s"] == pytest.approx(15e-9)
+
+
+def test_alpha_beta_with_fixed_latency_fits_bandwidth_from_one_rank_count():
+    import analysis.metrics as M
+
+    # t(2) = 2*alpha + bytes/beta; with alpha fixed at 1 ms and 1e6 bytes at 1e9 B/s: 2 ms + 1 ms
+    pts = pd.DataFrame({"n_ranks": [2, 2], "sync_s": [0.003, 0.003]})
+    fit = M.fit_alpha_beta(pts, bytes_per_sync=1e6, alpha_s=0.001)
+    assert fit["alpha_fixed"].iloc[0]
+    assert fit["alpha_s"].iloc[0] == 0.001
+    assert fit["beta_bytes_per_s"].iloc[0] == pytest.approx(1e9)
+    with pytest.raises(ScalescopeError, match="alpha_s"):
+        M.fit_alpha_beta(pts, bytes_per_sync=1e6)
