@@ -1,0 +1,276 @@
+"""The sweep launcher: plan, environment, outcome classification, and real sweeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from instrumentation import sweep
+from instrumentation.sweep import RunSpec, classify_exit, plan_runs, run_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A stand-in training command for the launcher's bookkeeping tests: real processes, real
+# instrumentation, no torch, so each run takes a fraction of a second.
+TINY = '''
+import sys, time
+mode = sys.argv[sys.argv.index("--mode") + 1] if "--mode" in sys.argv else "ok"
+if mode == "fail":
+    print("boom: deliberate failure", file=sys.stderr)
+    sys.exit(3)
+if mode == "oom":
+    print("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", file=sys.stderr)
+    sys.exit(1)
+import instrumentation as ssi
+ssi.init(config={"batch_size": 1, "epochs": 1})
+if mode == "sleep":
+    print("sleeping", flush=True)
+    time.sleep(120)
+with ssi.phase("forward"):
+    pass
+ssi.step_end()
+ssi.epoch_end(0, samples=1)
+ssi.finish()
+print("done")
+'''
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.py"
+    path.write_text(TINY)
+    return path
+
+
+def _sweep(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "instrumentation.sweep", *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def _experiment(out: Path) -> dict:
+    return json.loads((out / "experiment.json").read_text())
+
+
+# ---- plan, ids, environment -------------------------------------------------------------
+
+
+def test_plan_order_and_human_readable_run_ids():
+    plan = plan_runs(nps=[1, 2], backends=["horovod-gloo", "ddp-gloo"], batch_sizes=[75, 300], repeats=2,
+                     baseline=True, vary=[("samples", ["1000", "2000"])])
+    ids = [s.run_id for s in plan]
+    assert len(ids) == len(set(ids)) == 2 * 2 * 2 * (1 + 4)
+    assert ids[:6] == [
+        "baseline_np1_bs75_samples1000_r1",
+        "horovod-gloo_np1_bs75_samples1000_r1", "horovod-gloo_np2_bs75_samples1000_r1",
+        "ddp-gloo_np1_bs75_samples1000_r1", "ddp-gloo_np2_bs75_samples1000_r1",
+        "baseline_np1_bs75_samples2000_r1",
+    ]
+    assert ids[-1] == "ddp-gloo_np2_bs300_samples2000_r2"
+    assert plan_runs(nps=[4], backends=["horovod-mpi"])[0].run_id == "horovod-mpi_np4_r1"
+
+
+def test_plan_rejects_unknown_backends():
+    with pytest.raises(ValueError, match="unknown backend 'horovod-nccl'"):
+        plan_runs(nps=[1], backends=["horovod-nccl"])
+
+
+def test_vary_is_appended_and_recorded(tmp_path):
+    spec = RunSpec("ddp-gloo", 2, 75, 1, (("samples", "1000"), ("lr-scaling", "linear")))
+    cmd = sweep.rank_command(spec, ["python", "train.py"], tmp_path)
+    assert cmd == ["python", "train.py", "--samples", "1000", "--lr-scaling", "linear"]
+    assert spec.config(experiment="E")["vary"] == {"samples": 1000, "lr-scaling": "linear"}
+    assert spec.run_id == "ddp-gloo_np2_bs75_samples1000_lr-scalinglinear_r1"
+
+
+def test_rank_wrappers_compose(tmp_path):
+    spec = RunSpec("horovod-gloo", 2, None, 1)
+
+    def wrap(cmd, spec, run_dir):
+        return ["nsys", "profile", "-o", str(run_dir / "nsys" / "r%q{OMPI_COMM_WORLD_RANK}"), *cmd]
+
+    cmd = sweep.rank_command(spec, ["python", "t.py"], tmp_path, wrappers=[wrap])
+    assert cmd[:2] == ["nsys", "profile"] and cmd[-2:] == ["python", "t.py"]
+
+
+def test_environment_contract(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    base = {"PATH": "/bin", "SCALESCOPE_BATCH_SIZE": "999", "HOROVOD_TIMELINE": "/elsewhere"}
+    hvd = run_env(RunSpec("horovod-mpi", 2, 75, 1), tmp_path / "r", experiment="E", base=base,
+                  sample_interval=0.5)
+    assert hvd["SCALESCOPE_RUN_DIR"] == str((tmp_path / "r").resolve())
+    assert hvd["SCALESCOPE_RUN_ID"] == "horovod-mpi_np2_bs75_r1"
+    assert (hvd["SCALESCOPE_FRAMEWORK"], hvd["SCALESCOPE_BACKEND"]) == ("horovod", "mpi")
+    assert hvd["SCALESCOPE_BATCH_SIZE"] == "75" and hvd["SCALESCOPE_SAMPLE_INTERVAL"] == "0.5"
+    assert json.loads(hvd["SCALESCOPE_CONFIG"]) == {
+        "backend": "horovod-mpi", "framework": "horovod", "np": 2, "batch_size": 75, "repeat": 1,
+        "vary": {}, "experiment": "E"}
+    assert hvd["HOROVOD_TIMELINE"] == str((tmp_path / "r").resolve() / "horovod_timeline.json")
+    assert hvd["HOROVOD_TIMELINE_MARK_CYCLES"] == "1"
+    assert hvd["OMPI_ALLOW_RUN_AS_ROOT"] == "1" == hvd["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
+    # no MPI, no root permission; no batch size: the inherited one is removed; no timeline
+    ddp = run_env(RunSpec("ddp-gloo", 2, None, 1), tmp_path / "d", experiment="E", base=base)
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in ddp and "SCALESCOPE_BATCH_SIZE" not in ddp
+    assert "HOROVOD_TIMELINE" not in ddp and ddp["SCALESCOPE_BACKEND"] == "gloo"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    user = run_env(RunSpec("horovod-mpi", 2, 75, 1), tmp_path / "r", experiment="E", base=base)
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in user
+    base_run = run_env(RunSpec("baseline", 1, 75, 1), tmp_path / "b", experiment="E", base=base)
+    assert (base_run["SCALESCOPE_FRAMEWORK"], base_run["SCALESCOPE_BACKEND"]) == ("none", "")
+
+
+def test_python_is_replaced_by_this_interpreter():
+    assert sweep.resolve_script(["python", "t.py", "-x"]) == [sys.executable, "t.py", "-x"]
+    assert sweep.resolve_script(["python3.11", "-m", "m"])[0] == sys.executable
+    assert sweep.resolve_script(["t.py"]) == [sys.executable, "t.py"]
+    assert sweep.resolve_script(["./run.sh"]) == ["./run.sh"]
+
+
+def test_launch_commands():
+    spec = RunSpec("ddp-gloo", 2, 75, 1)
+    cmd = sweep.launch_command(spec, ["py", "t.py"])
+    assert Path(cmd[0]).name == "torchrun"
+    assert cmd[1:] == ["--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--no-python", "py", "t.py"]
+    assert sweep.launch_command(RunSpec("baseline", 1, 75, 1), ["py", "t.py"]) == ["py", "t.py"]
+    if (Path(sys.executable).parent / "horovodrun").exists():
+        hcmd = sweep.launch_command(RunSpec("horovod-mpi", 4, 75, 1), ["py", "t.py"])
+        assert hcmd[1:] == ["-np", "4", "-H", "localhost:4", "--mpi", "py", "t.py"]
+
+
+# ---- outcome of a run ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "log", "status"),
+    [
+        (0, "", "ok"),
+        (0, "CUDA out of memory", "ok"),
+        (1, "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB", "oom"),
+        (1, "torch.OutOfMemoryError: CUDA out of memory.", "oom"),
+        (134, "terminate called after throwing an instance of 'std::bad_alloc'", "oom"),
+        (1, "Traceback ...\nMemoryError: Unable to allocate 7.45 GiB", "oom"),
+        (-9, "Killed", "oom"),
+        (137, "bash: line 1: 4242 Killed  python train.py", "oom"),
+        (1, "Killed", "failed"),  # "Killed" alone, without a SIGKILL exit, is not evidence
+        (1, "exitcode  : -9 (pid: 123)\nerror_file: <N/A>", "oom"),  # torchrun's report
+        (1, "ValueError: bad shape", "failed"),
+        (None, "", "failed"),
+    ],
+)
+def test_classify_exit(code, log, status):
+    assert classify_exit(code, log) == status
+
+
+def test_oom_is_detected_from_a_run_log(tmp_path):
+    run_dir = tmp_path / "bs4096"
+    run_dir.mkdir()
+    (run_dir / "stderr.log").write_text("step 3\n" * 5000 + "torch.OutOfMemoryError: CUDA out of memory.\n")
+    spec = RunSpec("ddp-nccl", 2, 4096, 1)
+    entry = sweep.finalize_run(run_dir, spec, exit_code=1, experiment="E", command=["x"])
+    assert entry["status"] == "oom" and entry["exit_code"] == 1
+    assert entry["log_tail"].endswith("CUDA out of memory.")
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "oom" and manifest["format"] == "scalescope.run"
+    assert manifest["config"]["batch_size"] == 4096 and manifest["world_size"] == 2
+
+
+# ---- real sweeps with the stand-in command --------------------------------------------------
+
+
+def test_sweep_records_failures_goes_on_and_resumes(tmp_path, tiny):
+    out = tmp_path / "EXP"
+    argv = ["--backend", "", "--baseline", "--vary", "mode=ok,fail,oom", "--batch-size", "8,16", "--out",
+            str(out), "--", "python", str(tiny)]
+    proc = _sweep(*argv)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    exp = _experiment(out)
+    runs = {r["run_id"]: r for r in exp["runs"]}
+    assert list(runs) == [f"baseline_np1_bs{b}_mode{m}_r1" for b in (8, 16) for m in ("ok", "fail", "oom")]
+    assert exp["format"] == "scalescope.experiment" and exp["name"] == "EXP"
+    assert exp["script"] == ["python", str(tiny)]
+    for b in (8, 16):
+        ok, fail, oom = (runs[f"baseline_np1_bs{b}_mode{m}_r1"] for m in ("ok", "fail", "oom"))
+        assert (ok["status"], ok["exit_code"]) == ("ok", 0) and ok["wall_s"] > 0
+        assert (fail["status"], fail["exit_code"]) == ("failed", 3)
+        assert "boom: deliberate failure" in fail["log_tail"]
+        assert (oom["status"], oom["exit_code"]) == ("oom", 1)
+        assert ok["config"] == {"backend": "baseline", "framework": "none", "np": 1, "batch_size": b,
+                                "repeat": 1, "vary": {"mode": "ok"}, "experiment": "EXP"}
+        # the training wrote run.json; the launcher set status and exit code
+        ok_manifest = json.loads((out / ok["run_id"] / "run.json").read_text())
+        assert ok_manifest["status"] == "ok" and ok_manifest["exit_code"] == 0
+        assert ok_manifest["batch_size"] == 1  # the script's own config, not overwritten
+        assert (out / ok["run_id"] / "rank-00000.trace.json").exists()
+        assert (out / ok["run_id"] / "stdout.log").read_text().strip() == "done"
+        # the failed run never wrote run.json: the launcher wrote a minimal one
+        failed_manifest = json.loads((out / fail["run_id"] / "run.json").read_text())
+        assert failed_manifest["status"] == "failed" and failed_manifest["exit_code"] == 3
+        assert failed_manifest["config"]["vary"] == {"mode": "fail"}
+    ok_mtime = (out / "baseline_np1_bs8_modeok_r1" / "run.json").stat().st_mtime_ns
+
+    again = _sweep(*argv)
+    assert again.returncode == 1
+    assert "6 runs" in again.stdout and "2 already ok, skipped" in again.stdout
+    assert "baseline_np1_bs8_modeok_r1" not in again.stdout.split("skipped)")[1]
+    assert (out / "baseline_np1_bs8_modeok_r1" / "run.json").stat().st_mtime_ns == ok_mtime
+    # the earlier failed attempt was set aside, not mixed with the new one
+    assert (out / ".attempts" / "baseline_np1_bs8_modefail_r1-1" / "stderr.log").exists()
+    assert (out / "baseline_np1_bs8_modefail_r1" / "stderr.log").read_text().count("boom") == 1
+    assert len(_experiment(out)["runs"]) == 6
+
+
+def test_timeout_is_recorded(tmp_path, tiny):
+    out = tmp_path / "T"
+    proc = _sweep("--backend", "", "--baseline", "--vary", "mode=sleep", "--timeout", "3", "--out", str(out),
+                  "--", "python", str(tiny))
+    assert proc.returncode == 1
+    (entry,) = _experiment(out)["runs"]
+    assert entry["status"] == "timeout"
+    assert "timeout after 3.0 s" in (out / entry["run_id"] / "stderr.log").read_text()
+    # SIGTERM reached the training process: its instrumentation flushed the trace
+    assert (out / entry["run_id"] / "rank-00000.trace.json").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_stops_the_run_and_records_it_killed(tmp_path, tiny, sig):
+    out = tmp_path / "K"
+    proc = subprocess.Popen([sys.executable, "-m", "instrumentation.sweep", "--backend", "", "--baseline",
+                             "--vary", "mode=sleep,ok", "--out", str(out), "--", "python", str(tiny)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        log = out / "baseline_np1_modesleep_r1" / "stdout.log"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and "sleeping" in log.read_text()):
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert "interrupted" in stdout
+    runs = {r["run_id"]: r for r in _experiment(out)["runs"]}
+    assert runs["baseline_np1_modesleep_r1"]["status"] == "killed"
+    assert runs["baseline_np1_modeok_r1"]["status"] == "pending"
+    assert json.loads((out / "baseline_np1_modesleep_r1" / "run.json").read_text())["status"] == "killed"
+
+
+def test_bad_options_exit_2(tmp_path, tiny):
+    for argv, msg in [
+        (["--np", "0"], "--np must be positive"),
+        (["--np", "two"], "comma-separated integers"),
+        (["--backend", "horovod-xyz"], "unknown backend"),
+        (["--vary", "samples"], "expected NAME=V1,V2"),
+        (["--vary", "batch-size=1,2"], "use the sweep's own --batch-size"),
+    ]:
+        proc = _sweep(*argv, "--out", str(tmp_path / "x"), "--", "python", str(tiny))
+        assert proc.returncode == 2 and msg in proc.stderr, (argv, proc.stderr)
+    proc = _sweep("--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "no training command" in proc.stderr
