@@ -4,9 +4,12 @@ that need them skip cleanly when ../shared is absent, so a fresh clone still pas
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from _helpers import REAL_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -36,3 +39,21 @@ def corpus_dir() -> Path:
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own parse cache so cached frames never leak between tests."""
     monkeypatch.setenv("SCALESCOPE_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="session")
+def real_experiment(tmp_path_factory):
+    """A real sweep of the thesis workload made once per test session: 1 and 2 ranks with
+    every backend this machine has (DDP over Gloo; Horovod over Gloo and MPI), plus the
+    one-process baseline; a tiny data set and one epoch (about a minute on 2 cores).
+    Returns (experiment_dir, CompletedProcess)."""
+    out = tmp_path_factory.mktemp("real") / "EXP"
+    data = tmp_path_factory.mktemp("data")
+    proc = subprocess.run(
+        [sys.executable, "-m", "instrumentation.sweep", "--np", "1,2", "--batch-size", "50",
+         "--backend", ",".join(REAL_BACKENDS), "--baseline", "--timeout", "180", "--sample-interval", "0.05",
+         "--out", str(out), "--", "python", "examples/strain_stress.py", "--epochs", "1",
+         "--samples", "800", "--data-dir", str(data), "--device", "cpu"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900,
+    )
+    return out, proc

@@ -1,0 +1,72 @@
+"""The product end to end on a real experiment made by the sweep in this test session: the
+report, the RunSet and `scalescope convert` on what the instrumentation wrote."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import analysis.metrics as M
+from analysis import RunSet, cli, report
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def exp(real_experiment):
+    out, proc = real_experiment
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_runset_reads_every_run_from_its_manifest(exp):
+    rs = RunSet.from_dirs([exp])
+    manifest = json.loads((exp / "experiment.json").read_text())
+    assert set(rs.runs["run_id"]) == {r["run_id"] for r in manifest["runs"]}
+    for r in rs.runs.itertuples():
+        run = json.loads((exp / r.run_id / "run.json").read_text())
+        assert r.n_ranks == run["world_size"]
+    assert set(rs.events["kind"].unique()) >= {"phase"}
+    assert len(rs.samples) and rs.samples["cpu_util_pct"].notna().any()
+
+
+def test_breakdown_shares_sum_to_one_on_real_runs(exp):
+    rs = RunSet.from_dirs([exp])
+    b = M.time_breakdown(rs.events, level="rank")
+    shares = b[[c for c in b.columns if c.endswith("_frac")
+                and c.split("_frac")[0] in ("data", "forward", "backward", "sync_exposed", "optimizer", "other")]]
+    assert len(shares.columns) == 6
+    assert (shares.sum(axis=1) - 1).abs().max() < 1e-9
+
+
+def test_scaling_against_the_baseline(exp):
+    rs = RunSet.from_dirs([exp])
+    table = M.scaling_table(M.run_summary(rs), baseline="none")
+    base = table[table["config_backend"] == "none"]
+    assert (base["speedup"] == 1).all()
+    two = table[table["n_ranks"] == 2]
+    assert len(two) >= 1 and (two["speedup"] > 0).all()
+    assert ((two["efficiency_frac"] - two["speedup"] / 2).abs() < 1e-9).all()
+
+
+def test_report_on_the_real_experiment(exp, tmp_path):
+    page = report.build_report(exp, tmp_path / "rep", static=False)
+    html = page.read_text()
+    for section in ("Time breakdown", "Synchronisation cost", "Scaling", "Framework overhead",
+                    "Device usage", "Backend comparison"):
+        assert section in html, section
+    summary = pd.read_csv(tmp_path / "rep" / "export" / "summary.csv")
+    assert {1, 2} <= set(summary["n_ranks"])
+    assert summary["sync_exposed_frac"].notna().any()
+
+
+def test_convert_writes_the_tidy_tables(exp, tmp_path, capsys):
+    run = next(p for p in exp.iterdir() if p.name.startswith("horovod-gloo_np2") or p.name.startswith("ddp-gloo_np2"))
+    rc = cli.main(["convert", str(run), "--to", "parquet", "--out", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().err
+    events = pd.read_parquet(tmp_path / f"{run.name}.events.parquet")
+    samples = pd.read_parquet(tmp_path / f"{run.name}.samples.parquet")
+    assert set(events["rank"].dropna().unique()) == {0, 1}
+    assert len(samples) > 0
