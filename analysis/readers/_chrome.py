@@ -1,0 +1,672 @@
+"""Shared machinery for Chrome-trace JSON readers (Horovod timeline, Kineto).
+
+The readers never hold the whole list of decoded events at once. The file is read in
+blocks (gunzipped on the fly), the event array is cut into byte ranges that end at a record
+boundary, and each range is decoded as its own JSON array by a typed :mod:`msgspec`
+decoder; the reader turns each chunk of records into column chunks straight away.
+
+Damage is handled here, once for both formats:
+
+* an array with no closing ``]`` (Horovod <= 0.20 always, any killed writer) or cut in the
+  middle of a record is read up to the last complete record;
+* a record that is not valid JSON (Horovod writes tensor names unescaped) sends its chunk
+  to a record-by-record parse, where the reader may repair it (``repair`` hook) or it is
+  dropped and counted;
+* bytes that are not UTF-8 are replaced with U+FFFD.
+
+Everything recovered this way is described in :attr:`Damage.notes`; the reader emits
+**one** :class:`~analysis.errors.RecoveryWarning` per file from them.
+
+Why a cut can be validated by decoding: a chunk starts at a record boundary, so
+``b"[" + chunk + b"]"`` is valid JSON only if the chunk ends at a record boundary too; a cut
+inside a string or a nested object leaves an unterminated string or an unclosed container.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from analysis._io import GZIP_MAGIC
+from analysis.errors import ReadError, RecoveryWarning
+
+#: Bytes read (and decoded) per chunk. Bounds the transient memory of a read.
+BLOCK_BYTES = 8 << 20
+#: Files at least this large show a progress bar (when stderr is a terminal or
+#: ``SCALESCOPE_PROGRESS=1``).
+PROGRESS_MIN_BYTES = 100 << 20
+
+_WS = b" \t\r\n"
+# Record separators for the record-by-record fallback: "}" [ws] "," [ws] before "{".
+_SEP = re.compile(rb"\}\s*,\s*(?=\{)")
+# The end of an event array: a record's closing brace, then "]".
+_ARRAY_END = re.compile(rb"\}\s*\]")
+# float64 holds every multiple of 1 ns exactly-enough below 2**43 us (~101 days); see us_to_ns.
+EXACT_LIMIT_US = float(2**43)
+
+
+@dataclass
+class Damage:
+    """What was lost or repaired while reading one file."""
+
+    unterminated: bool = False
+    lost_bytes: int = 0
+    lost_records: int = 0
+    bad_records: int = 0
+    repaired_records: int = 0
+    replaced_utf8: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def message(self, path: Path) -> str | None:
+        parts = []
+        if self.unterminated or self.lost_bytes:
+            what = "the event array is not terminated (no closing ']')"
+            if self.lost_bytes:
+                recs = f", {self.lost_records} incomplete record(s)" if self.lost_records else ""
+                parts.append(
+                    f"{what}; the file is cut off: {self.lost_bytes:,} byte(s) after the last "
+                    f"complete record were dropped{recs}"
+                )
+            else:
+                parts.append(f"{what}, as Horovod <= 0.20 and killed jobs leave it; "
+                             "every record up to the end was complete (0 bytes lost)")
+        if self.repaired_records:
+            parts.append(
+                f"{self.repaired_records} record(s) were invalid JSON (unescaped quote or "
+                "backslash in a name) and were recovered by a tolerant parse"
+            )
+        if self.bad_records:
+            parts.append(f"{self.bad_records} record(s) could not be parsed and were dropped")
+        if self.replaced_utf8:
+            parts.append(
+                f"{self.replaced_utf8} byte sequence(s) were not valid UTF-8 and were "
+                "replaced with U+FFFD"
+            )
+        parts.extend(self.notes)
+        if not parts:
+            return None
+        return f"{path}: " + "; ".join(parts)
+
+    def warn(self, path: Path, *, stacklevel: int = 3) -> None:
+        msg = self.message(path)
+        if msg:
+            warnings.warn(msg, RecoveryWarning, stacklevel=stacklevel)
+
+
+# --------------------------------------------------------------------------------------
+# Byte source
+
+
+def _progress_wanted(size: int) -> bool:
+    if size < PROGRESS_MIN_BYTES:
+        return False
+    if os.environ.get("SCALESCOPE_PROGRESS") == "1":
+        return True
+    if os.environ.get("SCALESCOPE_PROGRESS") == "0":
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def iter_blocks(path: Path, *, block_bytes: int | None = None,
+                damage: Damage | None = None) -> Iterator[bytes]:
+    """Yield the (gunzipped) content of ``path`` in blocks of about ``block_bytes``.
+
+    Raises :class:`ReadError` for a missing, empty or unreadable file and for corrupt gzip
+    data; a gzip stream cut short yields what it held and says so in ``damage`` (or warns,
+    as ``_io.read_bytes`` does, when no ``damage`` is given).
+    """
+    block_bytes = block_bytes or BLOCK_BYTES
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        raise ReadError(path, "file not found") from None
+    except IsADirectoryError:
+        raise ReadError(path, "is a directory, not a file") from None
+    except OSError as exc:
+        raise ReadError(path, f"cannot read: {exc.strerror or exc}") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        first = fh.read(block_bytes)
+        if not first:
+            raise ReadError(path, "file is empty (0 bytes)")
+        progress = None
+        task = None
+        if _progress_wanted(size):
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+            progress = Progress(
+                f"reading {path.name}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                transient=True,
+            )
+            progress.start()
+            task = progress.add_task("read", total=size)
+        try:
+            if first[:2] != GZIP_MAGIC:
+                raw = first
+                while raw:
+                    if progress is not None:
+                        progress.update(task, completed=fh.tell())
+                    yield raw
+                    raw = fh.read(block_bytes)
+                return
+            yield from _gunzip_blocks(path, fh, first, block_bytes, progress, task, damage)
+        finally:
+            if progress is not None:
+                progress.stop()
+
+
+def _gunzip_blocks(path, fh, first, block_bytes, progress, task, damage) -> Iterator[bytes]:
+    d = zlib.decompressobj(wbits=31)
+    raw = first
+    produced = 0
+    read_total = len(first)
+    out: list[bytes] = []
+    out_len = 0
+    while True:
+        try:
+            piece = d.decompress(raw)
+            # a file of several gzip members (cat a.gz b.gz) continues after the first
+            while d.eof and d.unused_data:
+                rest = d.unused_data
+                if rest[:2] != GZIP_MAGIC:
+                    break
+                d = zlib.decompressobj(wbits=31)
+                piece += d.decompress(rest)
+        except zlib.error as exc:
+            raise ReadError(path, f"corrupt gzip data: {exc}") from None
+        if piece:
+            out.append(piece)
+            out_len += len(piece)
+        if out_len >= block_bytes:
+            block = b"".join(out)
+            out, out_len = [], 0
+            produced += len(block)
+            yield block
+        if progress is not None:
+            progress.update(task, completed=read_total)
+        raw = fh.read(block_bytes // 4)
+        if not raw:
+            break
+        read_total += len(raw)
+    tail = b"".join(out)
+    produced += len(tail)
+    if not d.eof:
+        msg = (f"gzip stream is truncated ({read_total:,} compressed bytes gave "
+               f"{produced:,} bytes before the end); reading what was recovered")
+        if damage is not None:
+            damage.notes.insert(0, msg)
+        else:
+            warnings.warn(f"{path}: {msg}", RecoveryWarning, stacklevel=4)
+    if produced == 0:
+        raise ReadError(path, "gzip file decompresses to nothing")
+    if tail:
+        yield tail
+
+
+# --------------------------------------------------------------------------------------
+# Decoding helpers
+
+
+def _skip_ws(buf: bytes | memoryview, pos: int) -> int:
+    n = len(buf)
+    while pos < n and buf[pos] in _WS:
+        pos += 1
+    return pos
+
+
+def _last_boundary(buf: bytes, lo: int, hi: int) -> int:
+    """Index just after the last ``}`` in ``buf[lo:hi]`` followed by ``[ws] , [ws] {``.
+
+    -1 if there is none. Only a candidate: the caller validates it by decoding. Requiring the
+    next record's ``{`` keeps the cut out of the keys that follow Kineto's ``traceEvents``.
+    """
+    end = hi
+    for _ in range(64):
+        p = buf.rfind(b"}", lo, end)
+        if p < 0:
+            return -1
+        q = p + 1
+        while q < hi and buf[q] in _WS:
+            q += 1
+        if q < hi and buf[q] == 0x2C:  # ","
+            q += 1
+            while q < hi and buf[q] in _WS:
+                q += 1
+            if q < hi and buf[q] == 0x7B:  # "{"
+                return p + 1
+        end = p
+    return -1
+
+
+class ChunkDecoder:
+    """Decode byte ranges of an event array, falling back to a tolerant parse.
+
+    Parameters
+    ----------
+    decode
+        ``decode(json_array_bytes) -> list`` of records (a typed msgspec decoder). May raise
+        ``msgspec.DecodeError`` (invalid JSON) or ``UnicodeDecodeError``.
+    repair
+        Optional ``repair(record_bytes) -> record | None`` for records that are not valid
+        JSON (format-specific: Horovod's unescaped tensor names).
+    """
+
+    def __init__(
+        self,
+        decode: Callable[[bytes], list],
+        *,
+        repair: Callable[[bytes], Any] | None = None,
+        damage: Damage,
+    ):
+        self.decode = decode
+        self.repair = repair
+        self.damage = damage
+
+    def _decode_array(self, body: bytes) -> list:
+        data = b"[" + body + b"]"
+        try:
+            return self.decode(data)
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", "replace")
+            self.damage.replaced_utf8 += text.count("\ufffd") - data.count("\ufffd".encode())
+            return self.decode(text.encode("utf-8"))
+
+    def chunk(self, body: bytes, *, final: bool) -> tuple[list, int]:
+        """Decode ``body`` (records separated by commas, no brackets).
+
+        Returns the records and how many bytes of ``body`` were consumed: all of it, except
+        when ``final`` is false and the tolerant parse left an incomplete last record, which
+        the caller carries into the next chunk.
+        """
+        try:
+            return self._decode_array(body), len(body)
+        except msgspec.DecodeError:
+            return self.tolerant(body, final=final)
+
+    def tolerant(self, body: bytes, *, final: bool) -> tuple[list, int]:
+        """Record-by-record parse of ``body``; invalid records go to ``repair`` or are counted."""
+        starts = [0]
+        ends = []
+        for m in _SEP.finditer(body):
+            ends.append(m.start() + 1)
+            starts.append(m.end())
+        stripped = len(body.rstrip(_WS + b","))
+        ends.append(stripped)
+        out: list = []
+        n = len(starts)
+        i = 0
+        consumed = len(body)
+        while i < n:
+            if starts[i] >= ends[i]:
+                i += 1
+                continue
+            recs = None
+            j = i
+            # a separator inside a string or a nested object splits one record in pieces:
+            # join the following pieces until the result decodes (bounded)
+            while j < n and j - i < 16:
+                try:
+                    recs = self._decode_array(body[starts[i] : ends[j]])
+                    break
+                except msgspec.DecodeError:
+                    j += 1
+            if recs is not None:
+                out.extend(recs)
+                i = j + 1
+                continue
+            rec_bytes = body[starts[i] : ends[i]]
+            fixed = self.repair(rec_bytes) if self.repair is not None else None
+            if fixed is not None:
+                out.append(fixed)
+                self.damage.repaired_records += 1
+            elif i == n - 1:
+                # the last piece: an incomplete record (the file is cut here) or garbage
+                if not final:
+                    consumed = starts[i]
+                    break
+                self.damage.lost_bytes += len(body) - starts[i]
+                self.damage.lost_records += 1
+            else:
+                self.damage.bad_records += 1
+            i += 1
+        return out, consumed
+
+
+@dataclass
+class TraceLayout:
+    """How a Chrome trace file is laid out."""
+
+    container: str  # "array" (bare event array) or "object" ({..., "traceEvents": [...]})
+    metadata: dict | None  # top-level keys other than traceEvents (object container)
+
+
+def read_events(
+    path: Path,
+    *,
+    decoder: ChunkDecoder,
+    on_chunk: Callable[[list, bytes], None],
+    block_bytes: int | None = None,
+) -> TraceLayout:
+    """Stream the events of a Chrome trace through ``on_chunk(records, chunk_bytes)``.
+
+    Raises :class:`ReadError` when the file is not a JSON array or a JSON object with a
+    ``traceEvents`` array. Damage goes to ``decoder.damage``.
+    """
+    damage = decoder.damage
+    block_bytes = block_bytes or BLOCK_BYTES
+    blocks = iter_blocks(path, block_bytes=block_bytes, damage=damage)
+    buf = b""
+    eof = False
+
+    def more() -> bool:
+        nonlocal buf, eof
+        if eof:
+            return False
+        try:
+            nxt = next(blocks)
+        except StopIteration:
+            eof = True
+            return False
+        buf = buf + nxt if buf else nxt
+        return True
+
+    more()
+    pos = _skip_ws(buf, 0)
+    if buf[pos : pos + 3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark
+        pos = _skip_ws(buf, pos + 3)
+    while pos >= len(buf) and more():
+        pos = _skip_ws(buf, pos)
+    if pos >= len(buf):
+        raise ReadError(path, "file holds only whitespace, no JSON")
+    first = buf[pos]
+    header = b""
+    if first == 0x5B:  # "["
+        container = "array"
+        pos += 1
+    elif first == 0x7B:  # "{"
+        container = "object"
+        key = -1
+        while True:
+            key = buf.find(b'"traceEvents"', pos)
+            if key >= 0 or not more():
+                break
+        if key < 0:
+            try:
+                meta = msgspec.json.decode(buf)
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                raise ReadError(path, "a JSON object without a 'traceEvents' array (and not "
+                                "valid JSON either)") from None
+            if not isinstance(meta, dict):
+                raise ReadError(path, "not a JSON object")
+            raise ReadError(path, "JSON object has no 'traceEvents' key: not a Chrome trace")
+        header = buf[:key]
+        p = _skip_ws(buf, key + len(b'"traceEvents"'))
+        while p >= len(buf) and more():
+            p = _skip_ws(buf, p)
+        if p < len(buf) and buf[p] == 0x3A:  # ":"
+            p = _skip_ws(buf, p + 1)
+            while p >= len(buf) and more():
+                p = _skip_ws(buf, p)
+        if p >= len(buf):
+            damage.notes.append("the file ends before the traceEvents array starts")
+            return TraceLayout(container, _decode_meta(header, b"}", damage))
+        if buf[p] != 0x5B:
+            raise ReadError(path, "'traceEvents' is not a JSON array")
+        pos = p + 1
+    else:
+        raise ReadError(path, f"not JSON trace data (starts with {bytes(buf[pos:pos + 20])!r})")
+
+    # Main loop: buf[pos:] starts at a record (or whitespace before one).
+    while True:
+        if not eof and len(buf) - pos < block_bytes:
+            more()
+            continue
+        if eof:
+            break
+        cut = _last_boundary(buf, pos, len(buf))
+        if cut < 0:
+            if not more():
+                break
+            continue
+        body = buf[pos:cut]
+        recs, used = decoder.chunk(body, final=False)
+        if recs:
+            on_chunk(recs, body)
+        # skip the separating comma
+        nxt = pos + used
+        if used == len(body):
+            nxt = _skip_ws(buf, cut)
+            if nxt < len(buf) and buf[nxt] == 0x2C:
+                nxt += 1
+        buf = buf[nxt:]
+        pos = 0
+        if not eof:
+            more()
+
+    tail_meta = _finish(buf, pos, container, header, decoder, on_chunk)
+    return TraceLayout(container, tail_meta)
+
+
+def _decode_meta(header: bytes, rest: bytes, damage: Damage) -> dict | None:
+    if not header:
+        return None
+    try:
+        meta = msgspec.json.decode(header + b'"traceEvents": []' + rest)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        # header alone, closed after the last complete key
+        h = header.rstrip(_WS + b",")
+        try:
+            meta = msgspec.json.decode(h + b"}")
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            damage.notes.append("the top-level metadata could not be decoded")
+            return {}
+    if isinstance(meta, dict):
+        meta.pop("traceEvents", None)
+        return meta
+    return {}
+
+
+def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkDecoder,
+            on_chunk) -> dict | None:
+    """Decode the last part of the array, find its end, and the object's trailing keys."""
+    damage = decoder.damage
+    rest = buf[pos:]
+    end = len(rest.rstrip(_WS))
+    # 1. a properly closed array: "]" right after a record's "}" (or an empty array);
+    # try the candidates from the end (keys after the array may hold "]" in strings)
+    cands = [m.end() - 1 for m in _ARRAY_END.finditer(rest, 0, end)]
+    lead = _skip_ws(rest, 0)
+    if lead < end and rest[lead] == 0x5D:
+        cands.insert(0, lead)
+    for p in reversed(cands[-64:]):
+        body = rest[:p]
+        trailer = rest[p + 1 : end]
+        meta = None
+        if container == "array":
+            if trailer.strip(_WS):
+                continue
+        else:
+            # the keys after the array: cheap to check first (a "}]" inside the last
+            # record leaves a trailer that is not the end of an object)
+            try:
+                meta = msgspec.json.decode(header + b'"traceEvents": []' + trailer)
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                continue
+            meta = meta if isinstance(meta, dict) else {}
+            meta.pop("traceEvents", None)
+        try:
+            recs = decoder._decode_array(body) if body.strip(_WS) else []
+        except msgspec.DecodeError:
+            # the array is closed but holds invalid records (or the "]" closes a string
+            # in a record cut short): keep every record that parses
+            recs, _ = decoder.tolerant(body, final=True)
+        if recs:
+            on_chunk(recs, body)
+        return meta
+    # 2. unterminated or cut off: keep every complete record
+    damage.unterminated = True
+    body = rest[:end]
+    stripped = body.rstrip(_WS + b",]")
+    hi = len(stripped)
+    for _ in range(16):
+        p = stripped.rfind(b"}", 0, hi)
+        if p < 0:
+            break
+        try:
+            recs = decoder._decode_array(stripped[: p + 1])
+        except msgspec.DecodeError:
+            hi = p
+            continue
+        lost = stripped[p + 1 :]
+        lost_stripped = lost.strip(_WS + b",]")
+        if lost_stripped:
+            damage.lost_bytes += len(lost_stripped)
+            damage.lost_records += 1 if b"{" in lost_stripped else 0
+        if recs:
+            on_chunk(recs, stripped[: p + 1])
+        return _decode_meta(header, b"}", damage) if container == "object" else None
+    # 3. damaged records near the end: record by record
+    recs, _ = decoder.tolerant(stripped, final=True)
+    if recs:
+        on_chunk(recs, stripped)
+    return _decode_meta(header, b"}", damage) if container == "object" else None
+
+
+# --------------------------------------------------------------------------------------
+# Numbers
+
+
+def us_to_ns(us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Microseconds (float64 decoded from JSON) to int64 nanoseconds, exactly.
+
+    The integer part is converted exactly; the fraction ``us - floor(us)`` is exact in
+    float64 and rounds to the right ns while the decoding error (half an ulp) stays below
+    0.5 ns, i.e. for ``|us| < 2**43`` (about 101 days). Returns the ns and a mask of the
+    values seen to be inexact (a fraction on a larger value). A larger value that decoded
+    to a whole number may still have had a fraction in the text: callers that can tell
+    floats from ints re-read such values as text (:func:`text_us_to_ns`).
+    """
+    us = np.asarray(us, dtype=np.float64)
+    ip = np.floor(us)
+    frac = us - ip
+    if not frac.any():  # integer µs (Horovod, old Kineto): exact below 2**53
+        return ip.astype(np.int64) * 1000, np.zeros(us.shape, dtype=bool)
+    ns = ip.astype(np.int64) * 1000 + np.rint(frac * 1000.0).astype(np.int64)
+    inexact = (frac != 0) & (np.abs(us) >= EXACT_LIMIT_US)
+    return ns, inexact
+
+
+def text_us_to_ns(value: Any) -> int | None:
+    """Exact ns from a JSON number kept as text (``float_hook=str``) or an int.
+
+    Rounds half to even below 1 ns (only reached when a writer prints more than 3 decimals).
+    """
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, float):
+        return round(value * 1000)
+    try:
+        return int((Decimal(str(value)) * 1000).to_integral_value(ROUND_HALF_EVEN))
+    except ArithmeticError:
+        return None
+
+
+def int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """Python ints/None/other to (int64 values, mask of missing): non-ints are missing."""
+    try:
+        arr = np.array(values, dtype=np.int64)
+        return arr, np.zeros(len(arr), dtype=bool)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    try:
+        # ints and None only (None -> NaN): exact while |v| < 2**53
+        f = np.array(values, dtype=np.float64)
+        mask = np.isnan(f)
+        good = f[~mask]
+        if not (np.abs(good) >= 2.0**53).any() and (good == np.floor(good)).all():
+            return np.where(mask, 0, f).astype(np.int64), mask
+    except (TypeError, ValueError):
+        pass
+    vals = [v if type(v) is int and -(2**63) <= v < 2**63 else None for v in values]
+    mask = np.array([v is None for v in vals], dtype=bool)
+    arr = np.array([0 if v is None else v for v in vals], dtype=np.int64)
+    return arr, mask
+
+
+def masked(values: np.ndarray, mask: np.ndarray, dtype: str):
+    """A pandas nullable integer array from values and a missing-mask."""
+    import pandas as pd
+
+    arr = pd.arrays.IntegerArray(np.asarray(values, dtype=np.int64), np.asarray(mask, dtype=bool))
+    return arr if dtype == "Int64" else arr.astype(dtype)
+
+
+class Categories:
+    """Accumulates a string column chunk by chunk as codes into one growing category list."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.codes: list[np.ndarray] = []
+
+    def add(self, values: list) -> None:
+        import pandas as pd
+
+        codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
+        remap = np.array([self.index.setdefault(u, len(self.index)) for u in uniques] + [-1],
+                         dtype=np.int32)
+        self.codes.append(remap[codes])  # code -1 maps to the appended -1
+
+    def add_codes(self, codes: np.ndarray, uniques: list) -> None:
+        remap = np.array([self.index.setdefault(u, len(self.index)) for u in uniques] + [-1],
+                         dtype=np.int32)
+        self.codes.append(remap[codes])
+
+    def categorical(self, take: np.ndarray | None = None):
+        import pandas as pd
+
+        codes = np.concatenate(self.codes) if self.codes else np.zeros(0, dtype=np.int64)
+        if take is not None:
+            codes = codes[take]
+        cats = pd.Index(list(self.index), dtype=object)
+        return pd.Categorical.from_codes(codes, categories=cats, validate=False)
+
+
+def const_category(value: str | None, n: int):
+    """A categorical of ``n`` times ``value`` (or all missing), built from codes (fast)."""
+    import pandas as pd
+
+    if value is None:
+        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
+                                         categories=pd.Index([], dtype=object))
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8),
+                                     categories=pd.Index([value], dtype=object))
+
+
+def na_int(n: int, dtype: str):
+    """An all-missing nullable integer array of length ``n``."""
+    return masked(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool), dtype)
+
+
+def from_codes(codes: np.ndarray, categories: list):
+    """A categorical from int codes (-1 = missing) and category values, unused ones dropped."""
+    import pandas as pd
+
+    cat = pd.Categorical.from_codes(np.asarray(codes), categories=pd.Index(categories, dtype=object),
+                                    validate=False)
+    return cat.remove_unused_categories()

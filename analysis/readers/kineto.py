@@ -1,0 +1,585 @@
+"""PyTorch profiler (Kineto) Chrome-trace reader (FORMATS.md section 2).
+
+Reads ``prof.export_chrome_trace`` / ``tensorboard_trace_handler`` output (``.json`` or
+``.json.gz``, and the ``.tmp`` a crashed run leaves), every schema generation: the old
+categories ``Operator``/``Kernel``/``Runtime``/``Memcpy``/``Memset``, the current
+``cpu_op``/``kernel``/``cuda_runtime``/``gpu_memcpy``/..., and pre-Kineto bare arrays.
+
+Mapping
+-------
+===========================================  =================================================
+source                                       row
+===========================================  =================================================
+``kernel``                                   kind ``compute``; ``comm`` for NCCL kernels
+                                             (``nccl*`` names) and kernels with
+                                             ``Collective name``
+``gpu_memcpy`` / ``gpu_memset``              ``memcpy`` / ``memset``, ``bytes`` = args.bytes
+``cuda_runtime`` / ``cuda_driver``           ``runtime``
+``cuda_sync``                                ``sync_wait``
+``cpu_op``                                   ``cpu_op``; ``comm`` for collective ops
+                                             (``c10d::*``, ``record_param_comms``, ``nccl:*``,
+                                             ``gloo:*``, ``mpi:*``)
+``user_annotation``                          ``range``; ``comm`` for ``nccl:*``/``gloo:*``;
+                                             ``data`` for ``enumerate(DataLoader)#...``;
+                                             ``ProfilerStep#N`` is a ``range`` with step N
+``gpu_user_annotation``                      ``range`` on the GPU row
+``python_function``                          ``other`` (Python call-stack frames overlap the
+                                             ops they call; counting them as ``cpu_op`` would
+                                             count CPU time twice)
+instants (``ph`` i/I)                        ``marker``, ``dur_ns`` 0
+``M``, flows ``s``/``f``/``t``, counters     not events: skipped (they are metadata and links,
+``C``, samples/objects                       not time spans; no data is lost)
+anything else (``overhead``, ``Trace``...)   ``other``
+===========================================  =================================================
+
+Columns: ``cat`` is the source's own category; GPU rows (kernels, copies, sets, GPU
+annotations) have ``device`` = the trace pid and ``stream`` = ``args.stream`` (else the tid),
+and missing ``pid``/``tid``; host rows have ``pid``/``tid`` = OS ids. Synthetic tracks with
+*string* pids/tids (``"Spans"``, ``"Traces"``, ``""``: the profiler window span and the
+``Iteration Start``/``Record Window End`` instants, a handful per file) are kept as rows with
+``pid``/``tid`` missing. ``rank`` comes from ``distributedInfo.rank``, else from the file
+name (``rank-N``, ``rank_N``, ``workerN``), else is missing; ``host`` from ``host_name``.
+``correlation`` is the CUDA correlation id (``args.correlation``: runtime call <-> GPU
+activity); ``External id`` (CPU op <-> launch) has no column in the schema and is not kept.
+
+``bytes``: collectives with ``In msg nelems`` (``record_param_comms`` and the NCCL kernels
+Kineto copies it to) -> nelems x sizeof(``dtype``); ``gloo:*``/``nccl:*``/``c10d::*`` rows
+without it -> sum over the tensor inputs of prod(``Input Dims``) x sizeof(``Input type``)
+when ``record_shapes`` was on; copies and sets -> ``args.bytes``.
+
+``step``: host rows inside a ``ProfilerStep#N`` range (by time, on any thread) get N; GPU
+rows get the step of the runtime call with the same correlation id; ``ProfilerStep#N``
+rows on the GPU get N from their name.
+
+Time: ``start_ns`` = ``baseTimeNanoseconds`` + round(ts x 1000) when the trace has a base
+(Kineto >= 2024), else round(ts x 1000) (older traces: ts is epoch µs). ``displayTimeUnit``
+is a display hint only. Fractional µs are kept to the ns exactly: values are decoded as
+float64 and converted with :func:`analysis.readers._chrome.us_to_ns`, exact below 2**43 µs
+(~101 days); a chunk holding a fractional value above that is decoded again with the numbers
+kept as text.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from analysis import _io
+from analysis.readers import _chrome, default_run_id, register
+from analysis.schema import make_events
+
+NAME = "kineto"
+
+#: c10 ScalarType names (``dtype`` of collectives) -> bytes per element.
+SCALAR_BYTES = {
+    "float": 4, "double": 8, "half": 2, "bfloat16": 2, "int": 4, "long": 8, "short": 2,
+    "char": 1, "byte": 1, "bool": 1, "complexfloat": 8, "complexdouble": 16,
+    "complexhalf": 4, "uint16": 2, "uint32": 4, "uint64": 8, "float8_e4m3fn": 1,
+    "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "qint8": 1, "quint8": 1,
+    "qint32": 4,
+}
+#: C++ type names in ``Input type`` (record_shapes) -> bytes per element.
+CPP_TYPE_BYTES = {
+    "float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "int": 4, "long int": 8,
+    "long": 8, "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+    "c10::complex<float>": 8, "c10::complex<double>": 16, "int64_t": 8, "int32_t": 4,
+}
+
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "memcpy", "memset"}
+_CAT_KIND = {
+    "kernel": "compute",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "runtime": "runtime",
+    "driver": "runtime",
+    "cuda_sync": "sync_wait",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "range",
+    "gpu_user_annotation": "range",
+    "python_function": "other",
+    "cpu_instant_event": "marker",
+    "collective_comm": "comm",
+}
+_HOST_COLLECTIVE = re.compile(r"^(c10d::|record_param_comms$|nccl:|gloo:|mpi:|ucc:)")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.I)
+_STREAM_TID = re.compile(r"^stream\s*(\d+)", re.I)
+
+_KEEP = frozenset({"X", "i", "I"})
+#: Phases that are metadata or links rather than events: skipped, not data loss.
+_NOT_EVENTS = frozenset({"M", "s", "t", "f", "C", "P", "O", "N", "D", "R"})
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    correlation: Any = None
+    stream: Any = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    dtype: Any = None
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    nbytes: Any = msgspec.field(default=None, name="bytes")
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    # int | float keeps the int/float distinction: integer µs are exact at any size, a
+    # float at or above 2**43 µs may have lost its ns (see _needs_text)
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: _Args = _NO_ARGS
+
+
+class _ExactEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    ts: Any = None
+    dur: Any = None
+
+
+_LIST_DECODER = msgspec.json.Decoder(list[_Event])
+_EXACT_DECODER = msgspec.json.Decoder(list[_ExactEvent], float_hook=str)
+
+
+# --------------------------------------------------------------------------------------
+# sniff
+
+
+def sniff(path: Path) -> bool:
+    """A JSON object with ``traceEvents`` (or a legacy bare array with ``cat``/``tid``)."""
+    path = Path(path)
+    name = path.name.lower()
+    if ".json" not in name:
+        return False
+    head = _io.head(path, 8192)
+    if b"scalescope_clock" in head:
+        return False
+    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if stripped.startswith(b"{"):
+        return any(k in head for k in (b'"traceEvents"', b'"schemaVersion"',
+                                       b'"deviceProperties"', b'"distributedInfo"'))
+    if stripped.startswith(b"["):
+        return b'"ph"' in head and (b'"cat"' in head or b'"tid"' in head)
+    return False
+
+
+# --------------------------------------------------------------------------------------
+# decoding
+
+
+def _decode(data: bytes) -> list:
+    try:
+        return _LIST_DECODER.decode(data)
+    except msgspec.ValidationError:
+        raw = msgspec.json.decode(data)
+        if not isinstance(raw, list):
+            raise
+        out = []
+        for r in raw:
+            try:
+                out.append(msgspec.convert(r, _Event, strict=False))
+            except (msgspec.ValidationError, TypeError):
+                if isinstance(r, dict) and isinstance(r.get("args"), dict):
+                    # unusual args (e.g. a string where a number was expected): keep the event
+                    r = {k: v for k, v in r.items() if k != "args"}
+                    try:
+                        out.append(msgspec.convert(r, _Event, strict=False))
+                        continue
+                    except (msgspec.ValidationError, TypeError):
+                        pass
+                out.append(None)
+        return out
+
+
+class _State:
+    def __init__(self, damage: _chrome.Damage) -> None:
+        self.damage = damage
+        self.name = _chrome.Categories()
+        self.cat = _chrome.Categories()
+        self.n = 0
+        self.cols: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("inst", "pid", "pid_na", "tid", "tid_na", "ts", "dur", "corr",
+                            "corr_na", "stream", "stream_na")
+        }
+        self.stream_tid_text: list[tuple[int, str]] = []
+        self.sparse_bytes: list[tuple[int, int]] = []  # (row, bytes)
+        self.collective_rows: list[int] = []
+        self.shape_rows: list[tuple[int, bytes, bytes]] = []
+        self.skipped_unknown: dict[str, int] = {}
+        self.bad = 0
+
+    def add(self, recs: list, body: bytes) -> None:
+        n_bad = recs.count(None)
+        if n_bad:
+            self.damage.bad_records += n_bad
+            recs = [r for r in recs if r is not None]
+        keep = [e for e in recs if e.ph in _KEEP]
+        if len(keep) != len(recs):
+            for e in recs:
+                if e.ph not in _KEEP and e.ph not in _NOT_EVENTS:
+                    self.skipped_unknown[e.ph] = self.skipped_unknown.get(e.ph, 0) + 1
+        if not keep:
+            return
+        exact = None
+        ts = np.array([e.ts for e in keep], dtype=np.float64)
+        dur = np.array([e.dur for e in keep], dtype=np.float64)
+        ts_ok = ~np.isnan(ts)
+        ts_ns, bad_ts = _chrome.us_to_ns(np.where(ts_ok, ts, 0.0))
+        dur_ns, bad_dur = _chrome.us_to_ns(np.where(np.isnan(dur), 0.0, dur))
+        if (bad_ts.any() or bad_dur.any() or _needs_text(keep, ts, "ts")
+                or _needs_text(keep, dur, "dur")):
+            exact = self._exact(body)
+            if exact is not None and len(exact) == len(keep):
+                ts_ns = np.array([_chrome.text_us_to_ns(e.ts) or 0 for e in exact], dtype=np.int64)
+                dur_ns = np.array([_chrome.text_us_to_ns(e.dur) or 0 for e in exact],
+                                  dtype=np.int64)
+            else:
+                self.damage.notes.append(
+                    "timestamps beyond float64 ns precision (>= 2**43 µs) could not be "
+                    "re-read exactly in a damaged chunk and were rounded")
+        if not ts_ok.all():
+            self.damage.notes.append(f"{int((~ts_ok).sum())} event(s) without a ts were dropped")
+            keep = [e for e, ok in zip(keep, ts_ok, strict=True) if ok]
+            ts_ns, dur_ns = ts_ns[ts_ok], dur_ns[ts_ok]
+            if not keep:
+                return
+        base = self.n
+        c = self.cols
+        c["ts"].append(ts_ns)
+        c["dur"].append(dur_ns)
+        c["inst"].append(np.array([e.ph != "X" for e in keep], dtype=bool))
+        self.name.add([e.name if isinstance(e.name, str) else
+                       (None if e.name is None else str(e.name)) for e in keep])
+        self.cat.add([e.cat for e in keep])
+        pids = [e.pid for e in keep]
+        tids = [e.tid for e in keep]
+        v, m = _chrome.int_column(pids)
+        c["pid"].append(v)
+        c["pid_na"].append(m)
+        v, m = _chrome.int_column(tids)
+        c["tid"].append(v)
+        c["tid_na"].append(m)
+        if m.any():
+            for i in np.flatnonzero(m).tolist():
+                t = tids[i]
+                if isinstance(t, str):
+                    self.stream_tid_text.append((base + i, t))
+        args = [e.args for e in keep]
+        v, m = _chrome.int_column([a.correlation for a in args])
+        c["corr"].append(v)
+        c["corr_na"].append(m)
+        v, m = _chrome.int_column([a.stream for a in args])
+        c["stream"].append(v)
+        c["stream_na"].append(m)
+        for i, a in enumerate(args):
+            if a is _NO_ARGS:
+                continue
+            if a.nbytes is not None and type(a.nbytes) is int:
+                self.sparse_bytes.append((base + i, a.nbytes))
+            if a.collective is not None:
+                self.collective_rows.append(base + i)
+            if a.in_nelems is not None:
+                nb = _collective_bytes(a.in_nelems, a.dtype)
+                if nb is not None:
+                    self.sparse_bytes.append((base + i, nb))
+            elif a.input_dims:
+                nm = keep[i].name
+                if isinstance(nm, str) and _HOST_COLLECTIVE.match(nm):
+                    self.shape_rows.append((base + i, bytes(a.input_dims), bytes(a.input_type)))
+        self.n += len(keep)
+
+    def _exact(self, body: bytes) -> list | None:
+        try:
+            recs = _EXACT_DECODER.decode(b"[" + body + b"]")
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return None
+        return [e for e in recs if e.ph in _KEEP]
+
+
+def _needs_text(keep: list, values: np.ndarray, attr: str) -> bool:
+    """Whether a float value at or above 2**43 µs (where float64 spacing exceeds 0.5 ns) is
+    present: its ns must be read from the text."""
+    big = np.flatnonzero(np.abs(np.nan_to_num(values)) >= _chrome.EXACT_LIMIT_US)
+    return any(type(getattr(keep[i], attr)) is float for i in big.tolist())
+
+
+def _collective_bytes(nelems: Any, dtype: Any) -> int | None:
+    if type(nelems) is not int or not isinstance(dtype, str):
+        return None
+    size = SCALAR_BYTES.get(dtype.lower())
+    return None if size is None else nelems * size
+
+
+def _shape_bytes(dims_raw: bytes, types_raw: bytes) -> int | None:
+    try:
+        dims = msgspec.json.decode(dims_raw)
+        types = msgspec.json.decode(types_raw) if types_raw else []
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    total = 0
+    found = False
+    for d, t in zip(dims, types, strict=False):
+        if not isinstance(t, str) or not isinstance(d, list) or not d:
+            continue
+        size = CPP_TYPE_BYTES.get(t.lower())
+        if size is None or not all(type(x) is int and x >= 0 for x in d):
+            continue
+        n = 1
+        for x in d:
+            n *= x
+        total += n * size
+        found = True
+    return total if found else None
+
+
+def _rank_from(meta: dict | None, path: Path) -> int | None:
+    if meta:
+        di = meta.get("distributedInfo")
+        if isinstance(di, dict) and type(di.get("rank")) is int:
+            return di["rank"]
+    m = _RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+# --------------------------------------------------------------------------------------
+# read
+
+
+def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
+    """Read a PyTorch profiler (Kineto) Chrome trace into the event schema.
+
+    Parameters
+    ----------
+    path
+        ``*.json``, ``*.json.gz`` or an unterminated ``*.json.tmp``.
+    run_id
+        Value of the ``run_id`` column; default: the file name without suffixes.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Event schema (:data:`analysis.schema.EVENT_COLUMNS`), rows sorted by ``start_ns``
+        (stable). See the module docstring for the mapping of each column.
+
+    Raises
+    ------
+    ReadError
+        Missing, empty, non-JSON or non-trace file; corrupt gzip.
+    """
+    path = Path(path)
+    run_id = run_id if run_id is not None else default_run_id(path)
+    damage = _chrome.Damage()
+    state = _State(damage)
+    decoder = _chrome.ChunkDecoder(_decode, damage=damage)
+    layout = _chrome.read_events(path, decoder=decoder, on_chunk=state.add)
+    df = _build(state, layout.metadata, path, run_id)
+    damage.warn(path, stacklevel=3)
+    return df
+
+
+def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.DataFrame:
+    damage = state.damage
+    if state.skipped_unknown:
+        desc = ", ".join(f"{k!r}: {v}" for k, v in sorted(state.skipped_unknown.items()))
+        damage.notes.append(f"events of unsupported phases were skipped ({desc})")
+    c = state.cols
+    n = state.n
+    ts = _concat(c["ts"], np.int64)
+    dur = _concat(c["dur"], np.int64)
+    if (dur < 0).any():
+        damage.notes.append(f"{int((dur < 0).sum())} event(s) with a negative duration got 0")
+        dur = np.maximum(dur, 0)
+    inst = _concat(c["inst"], bool)
+    dur = np.where(inst, 0, dur)
+    pid = _concat(c["pid"], np.int64)
+    pid_na = _concat(c["pid_na"], bool)
+    tid = _concat(c["tid"], np.int64)
+    tid_na = _concat(c["tid_na"], bool)
+    corr = _concat(c["corr"], np.int64)
+    corr_na = _concat(c["corr_na"], bool)
+    stream = _concat(c["stream"], np.int64)
+    stream_na = _concat(c["stream_na"], bool)
+
+    name_cat = state.name.categorical()
+    cat_cat = state.cat.categorical()
+    name_codes = np.asarray(name_cat.codes, dtype=np.int64)
+    cat_codes = np.asarray(cat_cat.codes, dtype=np.int64)
+    names = [str(x) for x in name_cat.categories]
+    cats = [str(x).lower() for x in cat_cat.categories]
+    if name_codes.size and (name_codes < 0).any():
+        # an event with no name: keep it, named by its category
+        missing = name_codes < 0
+        damage_note = int(missing.sum())
+        names.append("<unnamed>")
+        name_codes = np.where(missing, len(names) - 1, name_codes)
+        damage.notes.append(f"{damage_note} event(s) had no name and are named '<unnamed>'")
+
+    # per-category flags (indexed by code, with a trailing slot for code -1)
+    cat_kind = np.array([_CAT_KIND.get(x, "other") for x in cats] + ["?"], dtype=object)
+    cat_gpu = np.array([x in _GPU_CATS for x in cats] + [False], dtype=bool)
+    cat_kernel = np.array([x == "kernel" for x in cats] + [False], dtype=bool)
+    cat_host_op = np.array([x in ("cpu_op", "operator", "user_annotation") for x in cats]
+                           + [False], dtype=bool)
+    cat_annot = np.array([x in ("user_annotation", "cpu_op", "operator") for x in cats]
+                         + [False], dtype=bool)
+    cat_runtime = np.array([_CAT_KIND.get(x) == "runtime" for x in cats] + [False], dtype=bool)
+    # per-name flags
+    nm_nccl = np.array([x.lower().startswith("nccl") for x in names], dtype=bool)
+    nm_host_coll = np.array([bool(_HOST_COLLECTIVE.match(x)) for x in names], dtype=bool)
+    step_of_name = np.array([int(m.group(1)) if (m := _STEP.match(x)) else -1 for x in names],
+                            dtype=np.int64)
+    nm_data = np.array([bool(_DATALOADER.match(x)) for x in names], dtype=bool)
+
+    kind = cat_kind[cat_codes]
+    is_gpu = cat_gpu[cat_codes]
+    # no category: legacy (pre-Kineto) traces; CUDA tracks by their pid label
+    no_cat = cat_codes < 0
+    if no_cat.any():
+        kind = kind.copy()
+        kind[no_cat] = "cpu_op"
+    if n:
+        collective = np.zeros(n, dtype=bool)
+        if state.collective_rows:
+            collective[np.array(state.collective_rows, dtype=np.int64)] = True
+        kernel = cat_kernel[cat_codes]
+        kind = np.where(kernel & (nm_nccl[name_codes] | collective), "comm", kind)
+        host_op = cat_host_op[cat_codes]
+        kind = np.where(host_op & nm_host_coll[name_codes], "comm", kind)
+        kind = np.where(cat_annot[cat_codes] & nm_data[name_codes], "data", kind)
+        kind = np.where(inst, "marker", kind)
+    kind = kind.astype(object)
+
+    # ids: GPU rows carry device (pid) and stream; host rows pid/tid
+    device = np.where(is_gpu, pid, 0)
+    device_na = ~is_gpu | pid_na
+    stream_val = np.where(stream_na, tid, stream)
+    stream_na2 = stream_na & tid_na
+    for row, text in state.stream_tid_text:
+        m = _STREAM_TID.match(text)
+        if m and is_gpu[row] and stream_na[row]:
+            stream_val[row] = int(m.group(1))
+            stream_na2[row] = False
+    stream_na2 = stream_na2 | ~is_gpu
+    pid_out_na = pid_na | is_gpu
+    tid_out_na = tid_na | is_gpu
+
+    # bytes
+    nbytes = np.zeros(n, dtype=np.int64)
+    nbytes_na = np.ones(n, dtype=bool)
+    for row, dims, types in state.shape_rows:
+        b = _shape_bytes(dims, types)
+        if b is not None:
+            nbytes[row] = b
+            nbytes_na[row] = False
+    if state.sparse_bytes:
+        sb = np.array(state.sparse_bytes, dtype=np.int64)
+        nbytes[sb[:, 0]] = sb[:, 1]
+        nbytes_na[sb[:, 0]] = False
+
+    # steps
+    step = np.zeros(n, dtype=np.int64)
+    step_na = np.ones(n, dtype=bool)
+    if n:
+        row_step = step_of_name[name_codes]
+        is_step = (row_step >= 0) & ~is_gpu
+        if is_step.any():
+            s_start = ts[is_step]
+            s_end = s_start + dur[is_step]
+            s_n = row_step[is_step]
+            o = np.argsort(s_start, kind="stable")
+            s_start, s_end, s_n = s_start[o], s_end[o], s_n[o]
+            j = np.searchsorted(s_start, ts, side="right") - 1
+            jc = np.maximum(j, 0)
+            host = ~is_gpu
+            inside = host & (j >= 0) & (ts < s_end[jc])
+            step[inside] = s_n[jc[inside]]
+            step_na[inside] = False
+            rt = cat_runtime[cat_codes] & ~corr_na & inside
+            if rt.any():
+                idx = pd.Index(corr[rt])
+                rsteps = step[rt]
+                keep = ~idx.duplicated()
+                idx, rsteps = idx[keep], rsteps[keep]
+                g = is_gpu & ~corr_na
+                pos = idx.get_indexer(corr[g])
+                gi = np.flatnonzero(g)
+                hit = pos >= 0
+                step[gi[hit]] = rsteps[pos[hit]]
+                step_na[gi[hit]] = False
+        gstep = (row_step >= 0) & is_gpu
+        step[gstep] = row_step[gstep]
+        step_na[gstep] = False
+
+    base = 0
+    host = None
+    if meta:
+        b = meta.get("baseTimeNanoseconds")
+        if type(b) is int:
+            base = b
+        h = meta.get("host_name")
+        host = h if isinstance(h, str) else None
+    rank = _rank_from(meta, path)
+    start = ts + base
+    order = np.argsort(start, kind="stable")
+
+    name_arr = pd.Categorical.from_codes(name_codes[order], categories=pd.Index(names, dtype=object),
+                                         validate=False).remove_unused_categories()
+    cat_vals = pd.Categorical.from_codes(
+        cat_codes[order], categories=cat_cat.categories.astype(object), validate=False
+    ).remove_unused_categories()
+    df = make_events(
+        n,
+        run_id=_chrome.const_category(run_id, n),
+        rank=_chrome.masked(np.full(n, rank or 0), np.full(n, rank is None), "Int32"),
+        local_rank=_chrome.na_int(n, "Int32"),
+        host=_chrome.const_category(host, n),
+        pid=_chrome.masked(pid[order], pid_out_na[order], "Int64"),
+        tid=_chrome.masked(tid[order], tid_out_na[order], "Int64"),
+        device=_chrome.masked(device[order], device_na[order], "Int16"),
+        stream=_chrome.masked(stream_val[order], stream_na2[order], "Int64"),
+        name=name_arr,
+        kind=pd.Categorical(kind[order]) if n else [],
+        cat=cat_vals,
+        start_ns=start[order],
+        dur_ns=dur[order],
+        step=_chrome.masked(step[order], step_na[order], "Int32"),
+        epoch=_chrome.na_int(n, "Int32"),
+        bytes=_chrome.masked(nbytes[order], nbytes_na[order], "Int64"),
+        tensor=_chrome.const_category(None, n),
+        correlation=_chrome.masked(corr[order], corr_na[order], "Int64"),
+        source=_chrome.const_category(NAME, n),
+    )
+    return df
+
+
+register(
+    NAME,
+    sniff=sniff,
+    read=read,
+    kind="events",
+    suffixes=(".json", ".json.gz"),
+    description="PyTorch profiler / Kineto Chrome trace (.json, .json.gz)",
+)
