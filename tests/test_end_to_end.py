@@ -32,6 +32,21 @@ def test_runset_reads_every_run_from_its_manifest(exp):
     assert len(rs.samples) and rs.samples["cpu_util_pct"].notna().any()
 
 
+def test_real_horovod_timelines_read_without_damage(exp):
+    import warnings
+
+    import analysis
+
+    timelines = sorted(exp.glob("horovod-*/horovod_timeline.json"))
+    if not timelines:
+        pytest.skip("no Horovod runs on this machine")
+    for t in timelines:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", analysis.RecoveryWarning)
+            df = analysis.read(t, format="horovod")
+        assert {"ALLREDUCE", "NEGOTIATE_ALLREDUCE"} <= set(df["name"].astype(str))
+
+
 def test_breakdown_shares_sum_to_one_on_real_runs(exp):
     rs = RunSet.from_dirs([exp])
     b = M.time_breakdown(rs.events, level="rank")

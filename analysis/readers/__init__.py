@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 
 from analysis import schema
@@ -157,7 +158,11 @@ def _restore_dtypes(df: pd.DataFrame, reader: Reader) -> pd.DataFrame:
     columns = schema.EVENT_COLUMNS if reader.kind == "events" else schema.SAMPLE_COLUMNS
     for col, dtype in columns.items():
         if dtype == "category" and not isinstance(df[col].dtype, pd.CategoricalDtype):
-            df[col] = schema._as_category(df[col].astype(object).where(df[col].notna(), None), len(df))
+            if df[col].isna().all():  # Parquet keeps an all-missing category column as plain nulls
+                df[col] = pd.Categorical.from_codes(np.full(len(df), -1, dtype=np.int8),
+                                                    categories=pd.Index([], dtype=object))
+            else:
+                df[col] = schema._as_category(df[col].astype(object).where(df[col].notna(), None), len(df))
         elif dtype == "category":
             cats = df[col].cat.categories
             if cats.dtype != object:

@@ -200,7 +200,8 @@ def _repair(rec: bytes):
 # B/E matching
 
 
-def match_spans(is_b: np.ndarray, is_e: np.ndarray, pid: np.ndarray) -> tuple[
+def match_spans(is_b: np.ndarray, is_e: np.ndarray, pid: np.ndarray,
+                benign_after: np.ndarray | None = None) -> tuple[
     np.ndarray, np.ndarray, np.ndarray, int, int
 ]:
     """Match B/E records per pid with a stack (E closes the innermost open B on its pid).
@@ -211,6 +212,12 @@ def match_spans(is_b: np.ndarray, is_e: np.ndarray, pid: np.ndarray) -> tuple[
         Boolean masks over records in file order.
     pid
         int64 pid per record (only read where ``is_b | is_e``).
+    benign_after
+        Optional mask of B records after whose span Horovod writes one stray E: a
+        ``NEGOTIATE_BARRIER``/``NEGOTIATE_JOIN`` span is followed by the E that
+        ``Timeline::End`` writes for the response, although barrier and join responses get no
+        top-level B (seen in every real Horovod 0.28.1 timeline with a barrier). Such an E is
+        dropped without being counted as unmatched.
 
     Returns
     -------
@@ -243,7 +250,7 @@ def match_spans(is_b: np.ndarray, is_e: np.ndarray, pid: np.ndarray) -> tuple[
     depth_after = cs - base
     del cs, base
     if (depth_after < 0).any():
-        return _match_spans_loop(is_b, is_e, pid)
+        return _match_spans_loop(is_b, is_e, pid, benign_after)
     level = np.where(sb, depth_after, depth_after + 1).astype(np.int32)
     del depth_after
     maxlev = int(level.max()) + 1
@@ -270,19 +277,25 @@ def match_spans(is_b: np.ndarray, is_e: np.ndarray, pid: np.ndarray) -> tuple[
     return b_index[o3], e_index[o3], lev[o3], n_b - pair.size, n_e - pair.size
 
 
-def _match_spans_loop(is_b, is_e, pid):
+def _match_spans_loop(is_b, is_e, pid, benign_after=None):
     """Reference stack matcher (used when an E arrives with nothing open on its pid)."""
     stacks: dict[int, list[int]] = {}
+    last_closed: dict[int, int] = {}
     bs, es, lv = [], [], []
     bad_e = 0
     for i in np.flatnonzero(is_b | is_e).tolist():
-        st = stacks.setdefault(int(pid[i]), [])
+        p = int(pid[i])
+        st = stacks.setdefault(p, [])
         if is_b[i]:
             st.append(i)
         elif st:
             lv.append(len(st))
-            bs.append(st.pop())
+            b = st.pop()
+            bs.append(b)
             es.append(i)
+            last_closed[p] = b
+        elif benign_after is not None and p in last_closed and benign_after[last_closed.pop(p)]:
+            continue  # Horovod's stray E after a barrier/join negotiation: not damage
         else:
             bad_e += 1
     open_b = sum(len(s) for s in stacks.values())
@@ -427,7 +440,9 @@ def _build(state: _State, run_id: str) -> pd.DataFrame:
     is_b = b_any & has_ts & ~pid_na
     is_e = e_any & has_ts & ~pid_na
     no_pid = int(((b_any | e_any) & pid_na).sum())
-    b_idx, e_idx, level, open_b, bad_e = match_spans(is_b, is_e, pid)
+    benign_names = [i for i, c in enumerate(cats) if c in ("NEGOTIATE_BARRIER", "NEGOTIATE_JOIN")]
+    benign = is_b & np.isin(name_codes, benign_names) if benign_names else None
+    b_idx, e_idx, level, open_b, bad_e = match_spans(is_b, is_e, pid, benign)
     if open_b:
         damage.notes.append(f"{open_b} B record(s) had no matching E (still open at the end) "
                             "and were dropped")

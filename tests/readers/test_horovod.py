@@ -278,3 +278,28 @@ def test_vectorised_matching_equals_stack(corpus_dir):
     for a, b in zip(fast[:3], slow[:3], strict=True):
         np.testing.assert_array_equal(a, b)
     assert fast[3:] == slow[3:] == (0, 0)
+
+
+def test_stray_end_after_barrier_negotiation_is_not_damage(tmp_path):
+    # Horovod 0.28.1 writes an E for a barrier response although it wrote no top-level B
+    # (every real timeline of a job that calls hvd.barrier() has these).
+    recs = [
+        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "barrier.noname"}},
+        {"name": "NEGOTIATE_BARRIER", "ph": "B", "ts": 10, "pid": 1},
+        {"name": "0", "ph": "X", "ts": 11, "pid": 1, "dur": 0},
+        {"name": "1", "ph": "X", "ts": 15, "pid": 1, "dur": 0},
+        {"ph": "E", "ts": 15, "pid": 1},
+        {"ph": "E", "ts": 40, "pid": 1},
+    ]
+    f = tmp_path / "timeline.json"
+    f.write_text(json.dumps(recs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        df = horovod.read(f)
+    neg = df[df["kind"] == "negotiate"]
+    assert list(neg["dur_ns"]) == [5000]
+    assert sorted(df.loc[df["cat"] == "rank_ready", "rank"].tolist()) == [0, 1]
+    # an E with nothing before it on its pid is still damage
+    f.write_text(json.dumps([recs[0], {"ph": "E", "ts": 5, "pid": 1}, *recs[1:5]]))
+    with pytest.warns(RecoveryWarning, match="1 E record"):
+        horovod.read(f)
