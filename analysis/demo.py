@@ -36,7 +36,7 @@ def sweep_argv(out: str, *, quick: bool = False) -> list[str]:
         "--out", out,
         "--", sys.executable, str(EXAMPLE),
         "--epochs", "2" if quick else "3",
-        "--samples", "2000" if quick else "4000",
+        "--samples", "2000",
     ]
     return argv
 
