@@ -91,14 +91,10 @@ def _bin(name: str) -> str | None:
 
 
 def find_nsys() -> str | None:
-    """The Nsight Systems CLI: ``$SCALESCOPE_NSYS``, the project's ``.tools`` folder, or PATH."""
-    env = os.environ.get("SCALESCOPE_NSYS")
-    if env and Path(env).exists():
-        return env
-    local = Path(__file__).resolve().parents[1] / ".tools" / "bin" / "nsys"
-    if local.exists():
-        return str(local)
-    return shutil.which("nsys")
+    """The Nsight Systems CLI (see :func:`instrumentation.profilers.find_nsys`)."""
+    from instrumentation.profilers import find_nsys as _find
+
+    return _find()
 
 
 def find_browser() -> str | None:

@@ -46,7 +46,7 @@ class _State:
 
     __slots__ = (
         "epoch", "epoch_phase_ns", "epoch_t0", "epochs_path", "eval_depth", "nvtx",
-        "rank", "rec", "step", "step_open", "step_t0", "user_epoch_seen",
+        "on_step", "rank", "rec", "step", "step_open", "step_t0", "user_epoch_seen",
     )
 
     def __init__(self) -> None:
@@ -65,6 +65,8 @@ class _State:
         self.eval_depth = 0
         self.epochs_path = None
         self.user_epoch_seen = False
+        # called after each step_end (the PyTorch profiler's step); returns False when done
+        self.on_step = None
 
 
 S = _State()
@@ -183,6 +185,14 @@ def step_end() -> None:
     rec.add(("phase", "step", S.step_t0, t1, _tid(), S.step, S.epoch, None))
     S.step_open = False
     S.step += 1
+    hook = S.on_step
+    if hook is not None:
+        try:
+            if not hook():
+                S.on_step = None
+        except Exception as exc:
+            S.on_step = None
+            warn_once("on-step", f"step hook failed ({exc!r}); it is off from now on")
 
 
 def current_step() -> int | None:

@@ -25,6 +25,7 @@ from instrumentation import horovod_timeline as _hvt
 from instrumentation import manifest as _mf
 from instrumentation import nvtx_ranges as _nvtx
 from instrumentation import phases as _ph
+from instrumentation import torch_profiler as _tp
 from instrumentation._env import env_float, env_str, warn_once
 from instrumentation.clock import estimate_offsets, take_anchor
 from instrumentation.recorder import TraceRecorder
@@ -50,6 +51,7 @@ class Run:
         self.sampler: Sampler | None = None
         self.hvd = None
         self.timeline: dict | None = None
+        self.torch_profiler: _tp.TorchProfiler | None = None
         self.finished = False
         self.status: str | None = None
         self.owner_pid = os.getpid()
@@ -377,6 +379,10 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
     # Horovod timeline
     if comm.hvd is not None:
         run.timeline = _hvt.start(comm.hvd, run.run_dir, enabled=horovod_timeline)
+    # PyTorch profiler window ($SCALESCOPE_TORCH_PROFILER, set by `sweep --torch-profiler`)
+    run.torch_profiler = _tp.start_from_env(run.run_dir, rank=run.rank)
+    if run.torch_profiler is not None and run.torch_profiler.prof is not None:
+        S.on_step = run.torch_profiler.step
     # handlers
     _install_handlers()
     # manifest (rank 0)
@@ -411,6 +417,8 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
             versions_=_mf.versions(framework=fw, check_mpi=run.backend == "mpi"),
             start_time=start_time,
         )
+        if run.torch_profiler is not None:
+            run.manifest["profilers"] = {"torch_profiler": run.torch_profiler.info()}
         _write_manifest(run)
 
 
@@ -495,6 +503,9 @@ def _finish(run: Run, status: str) -> None:
             pass
     S.rec = None  # phases become no-ops from here on
     S.nvtx = None
+    S.on_step = None
+    if run.torch_profiler is not None:
+        run.torch_profiler.stop()  # writes a window still recording
     if run.hvd is not None:
         _hvt.stop(run.hvd, run.timeline)
     if run.sampler is not None:
@@ -508,6 +519,10 @@ def _finish(run: Run, status: str) -> None:
             run.manifest["sampler"]["error"] = run.sampler.error
         if run.recorder is not None and not run.recorder.enabled:
             run.manifest["trace_error"] = "rank 0 could not write its trace"
+        if run.torch_profiler is not None:
+            profilers = run.manifest.get("profilers") or {}
+            profilers["torch_profiler"] = run.torch_profiler.info()
+            run.manifest["profilers"] = profilers
         _write_manifest(run)
 
 

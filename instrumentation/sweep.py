@@ -631,6 +631,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from instrumentation import slurm
 
     slurm.add_arguments(parser)
+    from instrumentation import profilers
+
+    profilers.add_profiler_arguments(parser)
     parser.add_argument("script", nargs=argparse.REMAINDER,
                         help="the training command, after `--`: e.g. -- python examples/strain_stress.py")
 
@@ -665,6 +668,12 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
         vary = _parse_vary(args.vary)
         plan = plan_runs(nps=nps, backends=backends, batch_sizes=batch_sizes, repeats=args.repeats,
                          baseline=args.baseline, vary=vary)
+        from instrumentation import profilers
+
+        # SLURM scripts carry the profiler variables on each rank's command line; local runs
+        # get them in the run's environment.
+        profiler_env = {} if args.slurm else profilers.profiler_env(args)
+        wrappers = [*wrappers, *profilers.wrappers_from_args(args, with_env=bool(args.slurm))]
     except (ValueError, argparse.ArgumentTypeError) as exc:
         return _error(str(exc))
 
@@ -688,8 +697,9 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
             for spec in plan:
                 run_dir = out / spec.run_id
                 cmd = launch_command(spec, rank_command(spec, resolved, run_dir, wrappers=wrappers))
+                extra = "".join(f"{k}={v} " for k, v in profiler_env.items())
                 print(f"{spec.run_id}: SCALESCOPE_FRAMEWORK={spec.framework} "
-                      f"SCALESCOPE_BACKEND={spec.controller} {quote(cmd)}")
+                      f"SCALESCOPE_BACKEND={spec.controller} {extra}{quote(cmd)}")
         except FileNotFoundError as exc:
             return _error(str(exc))
         return 0
@@ -715,7 +725,8 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
             _set_aside(run_dir, out)
             rank_cmd = rank_command(spec, resolved, run_dir, wrappers=wrappers)
             cmd = launch_command(spec, rank_cmd)
-            env = run_env(spec, run_dir, experiment=experiment, sample_interval=args.sample_interval)
+            env = {**run_env(spec, run_dir, experiment=experiment, sample_interval=args.sample_interval),
+                   **profiler_env}
             exp.set({**exp.entries[spec.run_id], "status": "running", "start_time": _now(), "command": cmd})
             progress.start(spec.run_id)
             t0 = time.monotonic()
@@ -735,6 +746,8 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
             wall = time.monotonic() - t0
             entry = finalize_run(run_dir, spec, exit_code=code, status=override, experiment=experiment,
                                  command=cmd, wall_s=wall)
+            if profiler_env or getattr(args, "nsys", False):
+                profilers.record_profilers(run_dir, profilers.profiler_manifest(args, run_dir=run_dir, spec=spec))
             exp.set({**entry, "start_time": exp.entries[spec.run_id].get("start_time"), "end_time": _now()})
             progress.finish(spec.run_id, entry["status"] + ("" if code in (0, None) else f" (exit {code})"), wall)
     except KeyboardInterrupt:  # between runs: nothing is running, the manifest is current

@@ -350,6 +350,7 @@ def read_run_dir(
     *,
     kind: str = "events",
     run_id: str | None = None,
+    include_profilers: bool = False,
 ) -> pd.DataFrame:
     """Read a scalescope run directory into one event (or sample) frame.
 
@@ -362,6 +363,12 @@ def read_run_dir(
         ``samples-*.csv``.
     run_id
         Defaults to ``run.json``'s ``run_id``, else the directory name.
+    include_profilers
+        Also read the outside profilers' per-rank outputs (``docs/profilers.md``):
+        ``torch_profiler/*.pt.trace.json[.gz]`` with the ``kineto`` reader and
+        ``nsys/*.sqlite`` with the ``nsys_sqlite`` reader. Their rows keep their own
+        ``source``; each rank's clock offset is added as for its trace (both profilers
+        stamp with the host's wall clock, as our recorder does).
 
     Returns
     -------
@@ -422,10 +429,32 @@ def read_run_dir(
     if timeline.exists():
         for tl in _read_timeline(timeline, run_id):
             frames.append(_fill_hosts(tl, ranks))
+    if include_profilers:
+        frames.extend(_read_profilers(run_dir, run_id, offsets, ranks))
     if not frames:
         return schema.empty_events()
     out = schema.concat(frames)
     return schema.validate_events(out)
+
+
+def _read_profilers(run_dir: Path, run_id: str, offsets: dict[int, int],
+                    ranks: dict[int, dict]) -> list[pd.DataFrame]:
+    """Kineto traces in ``torch_profiler/`` and nsys SQLite exports in ``nsys/``."""
+    from analysis.readers import read
+
+    files = [(f, "kineto") for f in sorted((run_dir / "torch_profiler").glob("*.pt.trace.json*"))
+             if not f.name.startswith(".")]
+    files += [(f, "nsys_sqlite") for f in sorted((run_dir / "nsys").glob("*.sqlite"))]
+    out = []
+    for f, fmt in files:
+        df = read(f, fmt, run_id=run_id)
+        if len(df) and df["rank"].notna().any():
+            ranks_in = df["rank"].dropna().astype(int).unique()
+            if len(ranks_in) == 1 and offsets.get(int(ranks_in[0])):
+                df = df.copy()
+                df["start_ns"] = df["start_ns"] + offsets[int(ranks_in[0])]
+        out.append(_fill_hosts(df, ranks))
+    return out
 
 
 def _fill_hosts(df: pd.DataFrame, ranks: dict[int, dict]) -> pd.DataFrame:
