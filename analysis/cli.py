@@ -109,11 +109,12 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default="runs/demo", help="experiment directory (default: runs/demo)")
     p.add_argument("--quick", action="store_true", help="a smaller, faster sweep")
+    p.add_argument("--no-report", action="store_true", help="run the sweep only")
 
     def run(args: argparse.Namespace) -> int:
         from analysis import demo
 
-        return demo.main(out=args.out, quick=args.quick)
+        return demo.main(out=args.out, quick=args.quick, report=not args.no_report)
 
     p.set_defaults(func=run)
 

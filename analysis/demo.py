@@ -17,16 +17,13 @@ EXAMPLE = ROOT / "examples" / "strain_stress.py"
 
 def sweep_argv(out: str, *, quick: bool = False) -> list[str]:
     """The ``scalescope sweep`` arguments of the demo experiment."""
-    backends = ["horovod-gloo", "horovod-mpi", "ddp-gloo"]
-    try:  # only the backends this machine can run
-        import importlib.util
+    import importlib.util
 
-        if importlib.util.find_spec("horovod") is None:
-            backends = ["ddp-gloo"]
-        elif shutil.which("mpirun") is None:
-            backends.remove("horovod-mpi")
-    except Exception:
-        pass
+    backends = ["horovod-gloo", "horovod-mpi", "ddp-gloo"]
+    if importlib.util.find_spec("horovod") is None:  # only the backends this machine can run
+        backends = ["ddp-gloo"]
+    elif shutil.which("mpirun") is None:
+        backends.remove("horovod-mpi")
     argv = [
         "--np", "1,2",
         "--backend", ",".join(backends),
@@ -34,14 +31,14 @@ def sweep_argv(out: str, *, quick: bool = False) -> list[str]:
         "--batch-size", "75" if quick else "75,300",
         "--repeats", "1" if quick else "2",
         "--out", out,
-        "--", sys.executable, str(EXAMPLE),
+        "--", "python", str(EXAMPLE),  # the sweep runs `python` as its own interpreter
         "--epochs", "2" if quick else "3",
         "--samples", "2000",
     ]
     return argv
 
 
-def main(*, out: str = "runs/demo", quick: bool = False) -> int:
+def main(*, out: str = "runs/demo", quick: bool = False, report: bool = True) -> int:
     import argparse
 
     try:
@@ -59,14 +56,16 @@ def main(*, out: str = "runs/demo", quick: bool = False) -> int:
     rc = sweep.run(args)
     if rc:
         print(f"[demo] the sweep finished with failed runs (exit {rc}); reporting what ran", file=sys.stderr)
+    if not report:
+        return rc
     try:
-        from analysis import report
+        from analysis import report as report_mod
     except ImportError as exc:
         print(f"[demo] the report is not available yet ({exc}); the experiment is in {out}")
         return rc
     rparser = argparse.ArgumentParser(prog="scalescope report")
-    report.add_arguments(rparser)
-    rrc = report.run(rparser.parse_args([out]))
+    report_mod.add_arguments(rparser)
+    rrc = report_mod.run(rparser.parse_args([out]))
     print(
         f"\n[demo] experiment: {out}\n"
         f"[demo] open the notebooks on it: make notebooks EXP={out}   "

@@ -140,7 +140,8 @@ def render_script(spec, *, script: Sequence[str], out: Path, experiment: str, ar
     python = python or sys.executable
     lay = layout(spec.np, gpus_per_node=args.gpus_per_node, cpus_per_node=args.cpus_per_node)
     run_dir = Path(out) / spec.run_id
-    env = run_env(spec, run_dir, experiment=experiment, base={})
+    env = run_env(spec, run_dir, experiment=experiment, base={},
+                  mark_cycles=getattr(args, "timeline_cycles", False))
     for key in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
         env.pop(key, None)  # compute nodes do not run jobs as root
     rank_cmd = rank_command(spec, resolve_script(script, python=python), run_dir, wrappers=wrappers)

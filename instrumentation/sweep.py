@@ -274,6 +274,7 @@ def run_env(
     experiment: str,
     sample_interval: float | None = None,
     base: dict[str, str] | None = None,
+    mark_cycles: bool = False,
 ) -> dict[str, str]:
     """The environment of a run: ``base`` (default ``os.environ``) plus the SCALESCOPE_* contract.
 
@@ -298,7 +299,8 @@ def run_env(
         env.pop(key, None)
     if spec.framework == "horovod":
         env["HOROVOD_TIMELINE"] = str(run_dir / "horovod_timeline.json")
-        env["HOROVOD_TIMELINE_MARK_CYCLES"] = "1"
+        if mark_cycles:  # one CYCLE_START per background cycle (~1 ms, even idle): large files
+            env["HOROVOD_TIMELINE_MARK_CYCLES"] = "1"
     if spec.controller == "mpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
@@ -626,6 +628,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="experiment directory, e.g. runs/EXP")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop a run after S seconds and record it as timeout")
+    parser.add_argument("--timeline-cycles", action="store_true",
+                        help="mark Horovod's background cycles (CYCLE_START) in its timeline: one per ~1 ms "
+                             "cycle, so files grow about 20x")
     parser.add_argument("--sample-interval", type=float, default=None, metavar="S",
                         help="sampler period passed as SCALESCOPE_SAMPLE_INTERVAL")
     from instrumentation import slurm
@@ -725,7 +730,8 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
             _set_aside(run_dir, out)
             rank_cmd = rank_command(spec, resolved, run_dir, wrappers=wrappers)
             cmd = launch_command(spec, rank_cmd)
-            env = {**run_env(spec, run_dir, experiment=experiment, sample_interval=args.sample_interval),
+            env = {**run_env(spec, run_dir, experiment=experiment, sample_interval=args.sample_interval,
+                             mark_cycles=args.timeline_cycles),
                    **profiler_env}
             exp.set({**exp.entries[spec.run_id], "status": "running", "start_time": _now(), "command": cmd})
             progress.start(spec.run_id)

@@ -112,7 +112,10 @@ def test_environment_contract(tmp_path, monkeypatch):
         "backend": "horovod-mpi", "framework": "horovod", "np": 2, "batch_size": 75, "repeat": 1,
         "vary": {}, "experiment": "E"}
     assert hvd["HOROVOD_TIMELINE"] == str((tmp_path / "r").resolve() / "horovod_timeline.json")
-    assert hvd["HOROVOD_TIMELINE_MARK_CYCLES"] == "1"
+    assert "HOROVOD_TIMELINE_MARK_CYCLES" not in hvd  # opt-in: --timeline-cycles
+    cycles = run_env(RunSpec("horovod-gloo", 2, 75, 1), tmp_path / "c", experiment="E", base=base,
+                     mark_cycles=True)
+    assert cycles["HOROVOD_TIMELINE_MARK_CYCLES"] == "1"
     assert hvd["OMPI_ALLOW_RUN_AS_ROOT"] == "1" == hvd["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
     # no MPI, no root permission; no batch size: the inherited one is removed; no timeline
     ddp = run_env(RunSpec("ddp-gloo", 2, None, 1), tmp_path / "d", experiment="E", base=base)
