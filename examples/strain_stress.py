@@ -204,8 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path,
                    default=Path(os.environ.get("SCALESCOPE_DATA_DIR", "") or Path.home() / ".cache" / "scalescope" / "data"),
                    help="where the generated data set is cached (default ~/.cache/scalescope/data)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads per rank (default: cores / ranks on this node)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads per rank (default 1: on CPU each rank is one core, the "
+                        "analogue of one GPU per rank; 0: cores / ranks on this node)")
     p.add_argument("--no-instrument", action="store_true",
                    help="do not import or call scalescope's instrumentation (overhead baseline)")
     return p
@@ -381,8 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", dist.local_rank) if device_kind == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    elif args.threads or "OMP_NUM_THREADS" not in os.environ:
-        # Ranks sharing a node would otherwise each start one thread per core.
+    else:
+        # One core per rank by default: the CPU analogue of one GPU per rank, so that speedup
+        # against rank count means what it means on GPUs, and no rank's OpenMP threads spin
+        # against another's (which made epoch times vary 10x on a loaded 2-core machine).
         torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // dist.local_size))
     is_root = dist.rank == 0
 
