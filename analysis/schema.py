@@ -117,10 +117,12 @@ _CATEGORY_COLUMNS_EVENTS = [c for c, t in EVENT_COLUMNS.items() if t == "categor
 
 
 def _as_category(values: object, n: int) -> pd.Categorical:
-    if values is None:
-        return pd.Categorical([None] * n, categories=pd.Index([], dtype=object))
-    if isinstance(values, str):
-        return pd.Categorical([values] * n, categories=pd.Index([values], dtype=object))
+    if values is None:  # all missing (built from codes: no list of n objects)
+        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
+                                         categories=pd.Index([], dtype=object))
+    if isinstance(values, str):  # a broadcast scalar
+        return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8),
+                                         categories=pd.Index([values], dtype=object))
     cat = pd.Categorical(values)
     # Keep categories as plain object strings: pandas 3 would otherwise infer the
     # arrow-backed ``str`` dtype, and mixing both kinds breaks ``concat``.
@@ -131,7 +133,20 @@ def _as_category(values: object, n: int) -> pd.Categorical:
     return cat
 
 
-def _build(columns: Mapping[str, str], data: Mapping[str, object], n: int | None) -> pd.DataFrame:
+def _owned(v: object, dtype: str, n: int) -> bool:
+    """Whether ``v`` is already a column of ``dtype`` and length ``n`` that can be used as is."""
+    if dtype == "category":
+        return (isinstance(v, pd.Categorical) and len(v) == n
+                and v.categories.dtype == object)
+    if dtype in ("int64", "float64"):
+        return (isinstance(v, np.ndarray) and v.ndim == 1 and len(v) == n
+                and v.dtype == np.dtype(dtype))
+    return (isinstance(v, pd.api.extensions.ExtensionArray) and len(v) == n
+            and str(v.dtype) == dtype)
+
+
+def _build(columns: Mapping[str, str], data: Mapping[str, object], n: int | None, *,
+           copy: bool = True) -> pd.DataFrame:
     unknown = set(data) - set(columns)
     if unknown:
         raise SchemaError(f"unknown column(s) {sorted(unknown)}; schema has {list(columns)}")
@@ -141,10 +156,14 @@ def _build(columns: Mapping[str, str], data: Mapping[str, object], n: int | None
             if v is not None and not isinstance(v, (str, int, float)):
                 n = len(v)  # type: ignore[arg-type]
                 break
+    # every column below is a new array unless copy=False hands an already-typed array
+    # over; the frame then takes the columns without copying them again
     out: dict[str, object] = {}
     for col, dtype in columns.items():
         v = data.get(col)
-        if dtype == "category":
+        if not copy and _owned(v, dtype, n):
+            out[col] = v
+        elif dtype == "category":
             out[col] = _as_category(v, n)
         elif dtype == "int64":
             if v is None:
@@ -152,13 +171,13 @@ def _build(columns: Mapping[str, str], data: Mapping[str, object], n: int | None
             arr = np.asarray(v)
             if arr.ndim == 0:
                 arr = np.full(n, arr)
-            out[col] = arr.astype(np.int64, copy=False)
+            out[col] = np.array(arr, dtype=np.int64)  # a copy: never the caller's array
         elif dtype == "float64":
             if v is None:
                 out[col] = np.full(n, np.nan)
             else:
                 arr = np.asarray(v, dtype=np.float64)
-                out[col] = np.full(n, arr) if arr.ndim == 0 else arr
+                out[col] = np.full(n, arr) if arr.ndim == 0 else arr.copy()
         else:  # nullable integers
             if v is None:
                 out[col] = pd.array([pd.NA] * n, dtype=dtype)
@@ -166,14 +185,20 @@ def _build(columns: Mapping[str, str], data: Mapping[str, object], n: int | None
                 out[col] = pd.array(np.full(n, v), dtype=dtype)
             else:
                 out[col] = pd.array(v, dtype=dtype)
-    return pd.DataFrame(out, index=pd.RangeIndex(n))
+    return pd.DataFrame(out, index=pd.RangeIndex(n), copy=False)
 
 
-def make_events(n: int | None = None, **columns: object) -> pd.DataFrame:
+def make_events(n: int | None = None, *, copy: bool = True, **columns: object) -> pd.DataFrame:
     """Build an event frame in schema order and dtypes from column arrays.
 
     Missing optional columns are filled with missing values; a scalar is broadcast.
     ``start_ns`` and ``dur_ns`` are required.
+
+    ``copy=False`` is for readers that built their columns for the frame: a column that is
+    already of its schema dtype and length (a ``pd.Categorical`` with object categories, a
+    nullable integer array of the right dtype, an ``int64`` ndarray) is used without a copy,
+    so the caller must not modify it afterwards. Other columns are converted as usual. With
+    the default ``copy=True`` the frame never shares memory with the arguments.
 
     Examples
     --------
@@ -182,12 +207,13 @@ def make_events(n: int | None = None, **columns: object) -> pd.DataFrame:
     >>> list(df["dur_ns"])
     [10, 20]
     """
-    return _build(EVENT_COLUMNS, columns, n)
+    return _build(EVENT_COLUMNS, columns, n, copy=copy)
 
 
-def make_samples(n: int | None = None, **columns: object) -> pd.DataFrame:
-    """Build a sample frame in schema order and dtypes from column arrays."""
-    return _build(SAMPLE_COLUMNS, columns, n)
+def make_samples(n: int | None = None, *, copy: bool = True, **columns: object) -> pd.DataFrame:
+    """Build a sample frame in schema order and dtypes from column arrays (see
+    :func:`make_events` for ``copy``)."""
+    return _build(SAMPLE_COLUMNS, columns, n, copy=copy)
 
 
 def empty_events() -> pd.DataFrame:

@@ -1,9 +1,13 @@
 """Shared machinery for Chrome-trace JSON readers (Horovod timeline, Kineto).
 
 The readers never hold the whole list of decoded events at once. The file is read in
-blocks (gunzipped on the fly), the event array is cut into byte ranges that end at a record
-boundary, and each range is decoded as its own JSON array by a typed :mod:`msgspec`
-decoder; the reader turns each chunk of records into column chunks straight away.
+blocks (gunzipped on the fly) into one reusable ``bytearray``, the event array is cut into
+byte ranges of about one block that end at a record boundary, and each range is decoded
+in place as its own JSON array by a typed :mod:`msgspec` decoder (the bytes just before and
+just after the range are swapped for ``[`` and ``]`` during the decode, so no copy of the
+range is made); the reader turns each chunk of records into column chunks straight away.
+Transient memory is therefore bounded by about 1.5 blocks of text plus one chunk's decoded
+records, whatever the file size.
 
 Damage is handled here, once for both formats:
 
@@ -24,6 +28,7 @@ inside a string or a nested object leaves an unterminated string or an unclosed 
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import sys
@@ -41,8 +46,9 @@ import numpy as np
 from analysis._io import GZIP_MAGIC
 from analysis.errors import ReadError, RecoveryWarning
 
-#: Bytes read (and decoded) per chunk. Bounds the transient memory of a read.
-BLOCK_BYTES = 8 << 20
+#: Bytes read per block; a chunk decoded at once is 0.5 to 1.5 blocks. Bounds the transient
+#: memory of a read: the text buffer and one chunk's records, whatever the file size.
+BLOCK_BYTES = 2 << 20
 #: Files at least this large show a progress bar (when stderr is a terminal or
 #: ``SCALESCOPE_PROGRESS=1``).
 PROGRESS_MIN_BYTES = 100 << 20
@@ -285,6 +291,45 @@ class ChunkDecoder:
             self.damage.replaced_utf8 += text.count("\ufffd") - data.count("\ufffd".encode())
             return self.decode(text.encode("utf-8"))
 
+    def window(self, buf: bytearray, lo: int, hi: int, on_chunk: Callable[[list, Any], None],
+               ) -> bool:
+        """Decode ``buf[lo:hi]`` (records separated by commas) in place, without a copy.
+
+        ``buf[lo - 1]`` and ``buf[hi]`` (a separator or whitespace, never part of a record)
+        are overwritten with ``[`` and ``]`` for the decode and restored afterwards. On
+        success the records go to ``on_chunk(records, body)`` with ``body`` a memoryview of
+        the range, valid only during the call, and True is returned. When the range is not
+        valid JSON or not UTF-8, nothing is called and False is returned: the caller then
+        takes the copying path (:meth:`chunk`), which repairs and counts.
+        """
+        before, after = buf[lo - 1], buf[hi]
+        mv = memoryview(buf)
+        win = mv[lo - 1 : hi + 1]
+        buf[lo - 1] = 0x5B  # "["
+        buf[hi] = 0x5D  # "]"
+        try:
+            recs = self.decode(win)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            recs = None
+        finally:
+            buf[lo - 1] = before
+            buf[hi] = after
+        ok = recs is not None
+        if ok and recs:
+            body = mv[lo:hi]
+            try:
+                on_chunk(recs, body)
+            finally:
+                # records may hold views of the buffer (msgspec.Raw): drop them before
+                # the views are released, so that the buffer can be resized again
+                del recs
+                body.release()
+        else:
+            del recs
+        win.release()
+        mv.release()
+        return ok
+
     def chunk(self, body: bytes, *, final: bool) -> tuple[list, int]:
         """Decode ``body`` (records separated by commas, no brackets).
 
@@ -338,7 +383,8 @@ class ChunkDecoder:
                 if not final:
                     consumed = starts[i]
                     break
-                self.damage.lost_bytes += len(body) - starts[i]
+                # counted from the record itself, whatever whitespace the chunk began with
+                self.damage.lost_bytes += len(body) - _skip_ws(body, starts[i])
                 self.damage.lost_records += 1
             else:
                 self.damage.bad_records += 1
@@ -369,11 +415,11 @@ def read_events(
     damage = decoder.damage
     block_bytes = block_bytes or BLOCK_BYTES
     blocks = iter_blocks(path, block_bytes=block_bytes, damage=damage)
-    buf = b""
+    buf = bytearray()
     eof = False
 
     def more() -> bool:
-        nonlocal buf, eof
+        nonlocal eof
         if eof:
             return False
         try:
@@ -381,7 +427,7 @@ def read_events(
         except StopIteration:
             eof = True
             return False
-        buf = buf + nxt if buf else nxt
+        buf.extend(nxt)  # in place: the buffer is reused, not rebuilt
         return True
 
     more()
@@ -413,7 +459,7 @@ def read_events(
             if not isinstance(meta, dict):
                 raise ReadError(path, "not a JSON object")
             raise ReadError(path, "JSON object has no 'traceEvents' key: not a Chrome trace")
-        header = buf[:key]
+        header = bytes(buf[:key])
         p = _skip_ws(buf, key + len(b'"traceEvents"'))
         while p >= len(buf) and more():
             p = _skip_ws(buf, p)
@@ -430,9 +476,12 @@ def read_events(
     else:
         raise ReadError(path, f"not JSON trace data (starts with {bytes(buf[pos:pos + 20])!r})")
 
-    # Main loop: buf[pos:] starts at a record (or whitespace before one).
+    # Main loop: buf[pos:] starts at a record (or whitespace before one), and buf[pos - 1]
+    # is the "[" or "," before it (overwritten during an in-place decode).
     while True:
-        if not eof and len(buf) - pos < block_bytes:
+        # decode once half a block or more is buffered: a chunk is at most about 1.5 blocks
+        # and what stays behind is the start of one record (little to move)
+        if not eof and len(buf) - pos < block_bytes // 2:
             more()
             continue
         if eof:
@@ -442,22 +491,29 @@ def read_events(
             if not more():
                 break
             continue
-        body = buf[pos:cut]
-        recs, used = decoder.chunk(body, final=False)
-        if recs:
-            on_chunk(recs, body)
+        if decoder.window(buf, pos, cut, on_chunk):
+            used = cut - pos
+        else:
+            body = bytes(buf[pos:cut])
+            recs, used = decoder.chunk(body, final=False)
+            if recs:
+                on_chunk(recs, body)
+            del recs, body
         # skip the separating comma
         nxt = pos + used
-        if used == len(body):
+        if used == cut - pos:
             nxt = _skip_ws(buf, cut)
             if nxt < len(buf) and buf[nxt] == 0x2C:
                 nxt += 1
-        buf = buf[nxt:]
-        pos = 0
-        if not eof:
-            more()
+        # keep the byte before the next record (the "[" slot of the next in-place decode);
+        # deleting a bytearray's prefix is cheap (no copy of the rest)
+        del buf[: nxt - 1]
+        pos = 1
 
-    tail_meta = _finish(buf, pos, container, header, decoder, on_chunk)
+    with memoryview(buf) as mv:
+        rest = bytes(mv[pos:])
+    buf.clear()
+    tail_meta = _finish(rest, 0, container, header, decoder, on_chunk)
     return TraceLayout(container, tail_meta)
 
 
@@ -624,13 +680,17 @@ class Categories:
         self.index: dict[Any, int] = {}
         self.codes: list[np.ndarray] = []
 
-    def add(self, values: list) -> None:
+    def encode(self, values: list) -> np.ndarray:
+        """int32 codes of ``values`` (-1 for None) in the growing category list; not kept."""
         import pandas as pd
 
         codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
         remap = np.array([self.index.setdefault(u, len(self.index)) for u in uniques] + [-1],
                          dtype=np.int32)
-        self.codes.append(remap[codes])  # code -1 maps to the appended -1
+        return remap[codes]  # code -1 maps to the appended -1
+
+    def add(self, values: list) -> None:
+        self.codes.append(self.encode(values))
 
     def add_codes(self, codes: np.ndarray, uniques: list) -> None:
         remap = np.array([self.index.setdefault(u, len(self.index)) for u in uniques] + [-1],
@@ -658,15 +718,54 @@ def const_category(value: str | None, n: int):
                                      categories=pd.Index([value], dtype=object))
 
 
+_NP_INT = {"Int8": np.int8, "Int16": np.int16, "Int32": np.int32, "Int64": np.int64}
+
+
+#: Arrays at least this large come from an anonymous memory map in :func:`lazy_zeros`.
+LAZY_ZEROS_MIN_BYTES = 1 << 20
+
+
+def lazy_zeros(n: int, dtype) -> np.ndarray:
+    """A writable array of ``n`` zeros whose memory is not resident until written.
+
+    ``np.zeros`` gives that only while the allocator maps fresh pages, which glibc stops
+    doing for blocks below 32 MiB once large blocks have been freed (its dynamic mmap
+    threshold); a private anonymous map of the size needed gives it always.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = n * dtype.itemsize
+    if nbytes < LAZY_ZEROS_MIN_BYTES:
+        return np.zeros(n, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=n)
+
+
 def na_int(n: int, dtype: str):
-    """An all-missing nullable integer array of length ``n``."""
-    return masked(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool), dtype)
+    """An all-missing nullable integer array of length ``n``.
+
+    Its values are :func:`lazy_zeros` that nothing writes, so only the mask costs memory.
+    """
+    import pandas as pd
+
+    return pd.arrays.IntegerArray(lazy_zeros(n, _NP_INT[dtype]), np.ones(n, dtype=bool))
 
 
 def from_codes(codes: np.ndarray, categories: list):
-    """A categorical from int codes (-1 = missing) and category values, unused ones dropped."""
+    """A categorical from int codes (-1 = missing) and category values, unused ones dropped.
+
+    The same as ``Categorical.from_codes(...).remove_unused_categories()``, in linear time
+    (a count per category instead of pandas' sort of the codes).
+    """
     import pandas as pd
 
-    cat = pd.Categorical.from_codes(np.asarray(codes), categories=pd.Index(categories, dtype=object),
-                                    validate=False)
-    return cat.remove_unused_categories()
+    codes = np.asarray(codes)
+    n_cat = len(categories)
+    shifted = codes.astype(np.int64) + 1  # 0 = missing
+    used = np.bincount(shifted, minlength=n_cat + 1)[1:] > 0
+    kept = [c for c, u in zip(categories, used.tolist(), strict=True) if u]
+    small = np.int8 if len(kept) < 2**7 else np.int16 if len(kept) < 2**15 else np.int32
+    remap = np.full(n_cat + 1, -1, dtype=small)
+    remap[1:][used] = np.arange(len(kept), dtype=small)
+    new = remap[shifted]
+    del shifted
+    return pd.Categorical.from_codes(new, categories=pd.Index(kept, dtype=object),
+                                     validate=False)

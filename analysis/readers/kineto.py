@@ -71,7 +71,7 @@ import pandas as pd
 
 from analysis import _io
 from analysis.readers import _chrome, default_run_id, register
-from analysis.schema import make_events
+from analysis.schema import KINDS, make_events
 
 NAME = "kineto"
 
@@ -117,6 +117,7 @@ _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.I)
 _STREAM_TID = re.compile(r"^stream\s*(\d+)", re.I)
 
 _KEEP = frozenset({"X", "i", "I"})
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 #: Phases that are metadata or links rather than events: skipped, not data loss.
 _NOT_EVENTS = frozenset({"M", "s", "t", "f", "C", "P", "O", "N", "D", "R"})
 
@@ -219,8 +220,9 @@ class _State:
                             "corr_na", "stream", "stream_na")
         }
         self.stream_tid_text: list[tuple[int, str]] = []
-        self.sparse_bytes: list[tuple[int, int]] = []  # (row, bytes)
-        self.collective_rows: list[int] = []
+        self.sparse_rows: list[np.ndarray] = []  # rows with a byte count (later ones win)
+        self.sparse_vals: list[np.ndarray] = []
+        self.collective_rows: list[np.ndarray] = []
         self.shape_rows: list[tuple[int, bytes, bytes]] = []
         self.skipped_unknown: dict[str, int] = {}
         self.bad = 0
@@ -288,21 +290,31 @@ class _State:
         v, m = _chrome.int_column([a.stream for a in args])
         c["stream"].append(v)
         c["stream_na"].append(m)
+        b_rows: list[int] = []
+        b_vals: list[int] = []
+        coll: list[int] = []
         for i, a in enumerate(args):
             if a is _NO_ARGS:
                 continue
-            if a.nbytes is not None and type(a.nbytes) is int:
-                self.sparse_bytes.append((base + i, a.nbytes))
+            if a.nbytes is not None and type(a.nbytes) is int and _I64_MIN <= a.nbytes <= _I64_MAX:
+                b_rows.append(base + i)
+                b_vals.append(a.nbytes)
             if a.collective is not None:
-                self.collective_rows.append(base + i)
+                coll.append(base + i)
             if a.in_nelems is not None:
                 nb = _collective_bytes(a.in_nelems, a.dtype)
-                if nb is not None:
-                    self.sparse_bytes.append((base + i, nb))
+                if nb is not None and _I64_MIN <= nb <= _I64_MAX:
+                    b_rows.append(base + i)
+                    b_vals.append(nb)
             elif a.input_dims:
                 nm = keep[i].name
                 if isinstance(nm, str) and _HOST_COLLECTIVE.match(nm):
                     self.shape_rows.append((base + i, bytes(a.input_dims), bytes(a.input_type)))
+        if b_rows:  # arrays, not Python tuples: nothing small outlives the chunk
+            self.sparse_rows.append(np.array(b_rows, dtype=np.int64))
+            self.sparse_vals.append(np.array(b_vals, dtype=np.int64))
+        if coll:
+            self.collective_rows.append(np.array(coll, dtype=np.int64))
         self.n += len(keep)
 
     def _exact(self, body: bytes) -> list | None:
@@ -397,48 +409,66 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
 
 
 def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+    out = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+    parts.clear()  # the chunks are freed as soon as the column exists
+    return out
 
 
 def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.DataFrame:
+    """The frame from the accumulated column chunks.
+
+    Memory: each column is concatenated from its chunks (which are freed), put in time
+    order and handed to the frame without a further copy; only a few row-length temporaries
+    exist at a time.
+    """
     damage = state.damage
     if state.skipped_unknown:
         desc = ", ".join(f"{k!r}: {v}" for k, v in sorted(state.skipped_unknown.items()))
         damage.notes.append(f"events of unsupported phases were skipped ({desc})")
     c = state.cols
     n = state.n
+
+    base = 0
+    host = None
+    if meta:
+        b = meta.get("baseTimeNanoseconds")
+        if type(b) is int:
+            base = b
+        h = meta.get("host_name")
+        host = h if isinstance(h, str) else None
+    rank = _rank_from(meta, path)
+
     ts = _concat(c["ts"], np.int64)
+    order = np.argsort(ts, kind="stable")  # the same order as start = ts + base
     dur = _concat(c["dur"], np.int64)
     if (dur < 0).any():
         damage.notes.append(f"{int((dur < 0).sum())} event(s) with a negative duration got 0")
-        dur = np.maximum(dur, 0)
+        np.maximum(dur, 0, out=dur)
     inst = _concat(c["inst"], bool)
-    dur = np.where(inst, 0, dur)
-    pid = _concat(c["pid"], np.int64)
-    pid_na = _concat(c["pid_na"], bool)
-    tid = _concat(c["tid"], np.int64)
-    tid_na = _concat(c["tid_na"], bool)
-    corr = _concat(c["corr"], np.int64)
-    corr_na = _concat(c["corr_na"], bool)
-    stream = _concat(c["stream"], np.int64)
-    stream_na = _concat(c["stream_na"], bool)
+    dur[inst] = 0
 
-    name_cat = state.name.categorical()
-    cat_cat = state.cat.categorical()
-    name_codes = np.asarray(name_cat.codes, dtype=np.int64)
-    cat_codes = np.asarray(cat_cat.codes, dtype=np.int64)
-    names = [str(x) for x in name_cat.categories]
-    cats = [str(x).lower() for x in cat_cat.categories]
+    name_codes = (np.concatenate(state.name.codes) if state.name.codes
+                  else np.zeros(0, dtype=np.int32))
+    state.name.codes = []
+    cat_codes = (np.concatenate(state.cat.codes) if state.cat.codes
+                 else np.zeros(0, dtype=np.int32))
+    state.cat.codes = []
+    names = [str(x) for x in state.name.index]
+    cat_values = list(state.cat.index)
+    cats = [str(x).lower() for x in cat_values]
     if name_codes.size and (name_codes < 0).any():
         # an event with no name: keep it, named by its category
         missing = name_codes < 0
         damage_note = int(missing.sum())
         names.append("<unnamed>")
-        name_codes = np.where(missing, len(names) - 1, name_codes)
+        name_codes[missing] = len(names) - 1
         damage.notes.append(f"{damage_note} event(s) had no name and are named '<unnamed>'")
 
     # per-category flags (indexed by code, with a trailing slot for code -1)
-    cat_kind = np.array([_CAT_KIND.get(x, "other") for x in cats] + ["?"], dtype=object)
+    kind_names = list(KINDS)
+    kind_code = {k: i for i, k in enumerate(kind_names)}
+    cat_kind = np.array([kind_code[_CAT_KIND.get(x, "other")] for x in cats]
+                        + [kind_code["cpu_op"]], dtype=np.int8)  # no category: legacy op
     cat_gpu = np.array([x in _GPU_CATS for x in cats] + [False], dtype=bool)
     cat_kernel = np.array([x == "kernel" for x in cats] + [False], dtype=bool)
     cat_host_op = np.array([x in ("cpu_op", "operator", "user_annotation") for x in cats]
@@ -453,53 +483,22 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
                             dtype=np.int64)
     nm_data = np.array([bool(_DATALOADER.match(x)) for x in names], dtype=bool)
 
-    kind = cat_kind[cat_codes]
     is_gpu = cat_gpu[cat_codes]
-    # no category: legacy (pre-Kineto) traces; CUDA tracks by their pid label
-    no_cat = cat_codes < 0
-    if no_cat.any():
-        kind = kind.copy()
-        kind[no_cat] = "cpu_op"
+    kind = cat_kind[cat_codes]
     if n:
         collective = np.zeros(n, dtype=bool)
         if state.collective_rows:
-            collective[np.array(state.collective_rows, dtype=np.int64)] = True
-        kernel = cat_kernel[cat_codes]
-        kind = np.where(kernel & (nm_nccl[name_codes] | collective), "comm", kind)
-        host_op = cat_host_op[cat_codes]
-        kind = np.where(host_op & nm_host_coll[name_codes], "comm", kind)
-        kind = np.where(cat_annot[cat_codes] & nm_data[name_codes], "data", kind)
-        kind = np.where(inst, "marker", kind)
-    kind = kind.astype(object)
-
-    # ids: GPU rows carry device (pid) and stream; host rows pid/tid
-    device = np.where(is_gpu, pid, 0)
-    device_na = ~is_gpu | pid_na
-    stream_val = np.where(stream_na, tid, stream)
-    stream_na2 = stream_na & tid_na
-    for row, text in state.stream_tid_text:
-        m = _STREAM_TID.match(text)
-        if m and is_gpu[row] and stream_na[row]:
-            stream_val[row] = int(m.group(1))
-            stream_na2[row] = False
-    stream_na2 = stream_na2 | ~is_gpu
-    pid_out_na = pid_na | is_gpu
-    tid_out_na = tid_na | is_gpu
-
-    # bytes
-    nbytes = np.zeros(n, dtype=np.int64)
-    nbytes_na = np.ones(n, dtype=bool)
-    for row, dims, types in state.shape_rows:
-        b = _shape_bytes(dims, types)
-        if b is not None:
-            nbytes[row] = b
-            nbytes_na[row] = False
-    if state.sparse_bytes:
-        sb = np.array(state.sparse_bytes, dtype=np.int64)
-        nbytes[sb[:, 0]] = sb[:, 1]
-        nbytes_na[sb[:, 0]] = False
+            collective[_concat(state.collective_rows, np.int64)] = True
+        kind[cat_kernel[cat_codes] & (nm_nccl[name_codes] | collective)] = kind_code["comm"]
+        del collective
+        kind[cat_host_op[cat_codes] & nm_host_coll[name_codes]] = kind_code["comm"]
+        kind[cat_annot[cat_codes] & nm_data[name_codes]] = kind_code["data"]
+        kind[inst] = kind_code["marker"]
+    del inst
 
     # steps
+    corr = _concat(c["corr"], np.int64)
+    corr_na = _concat(c["corr_na"], bool)
     step = np.zeros(n, dtype=np.int64)
     step_na = np.ones(n, dtype=bool)
     if n:
@@ -513,10 +512,10 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
             s_start, s_end, s_n = s_start[o], s_end[o], s_n[o]
             j = np.searchsorted(s_start, ts, side="right") - 1
             jc = np.maximum(j, 0)
-            host = ~is_gpu
-            inside = host & (j >= 0) & (ts < s_end[jc])
+            inside = ~is_gpu & (j >= 0) & (ts < s_end[jc])
             step[inside] = s_n[jc[inside]]
             step_na[inside] = False
+            del j, jc
             rt = cat_runtime[cat_codes] & ~corr_na & inside
             if rt.any():
                 idx = pd.Index(corr[rt])
@@ -532,47 +531,96 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         gstep = (row_step >= 0) & is_gpu
         step[gstep] = row_step[gstep]
         step_na[gstep] = False
+        del row_step, is_step, gstep
 
-    base = 0
-    host = None
-    if meta:
-        b = meta.get("baseTimeNanoseconds")
-        if type(b) is int:
-            base = b
-        h = meta.get("host_name")
-        host = h if isinstance(h, str) else None
-    rank = _rank_from(meta, path)
-    start = ts + base
-    order = np.argsort(start, kind="stable")
+    def final(values: np.ndarray, mask: np.ndarray, dtype: str):
+        return _chrome.masked(values[order], mask[order], dtype)
 
-    name_arr = pd.Categorical.from_codes(name_codes[order], categories=pd.Index(names, dtype=object),
-                                         validate=False).remove_unused_categories()
-    cat_vals = pd.Categorical.from_codes(
-        cat_codes[order], categories=cat_cat.categories.astype(object), validate=False
-    ).remove_unused_categories()
-    df = make_events(
+    step_col = final(step, step_na, "Int32")
+    del step, step_na
+    corr_col = final(corr, corr_na, "Int64")
+    del corr, corr_na
+    start = ts[order]
+    del ts
+    if base:
+        start += base
+    dur = dur[order]
+
+    # bytes
+    nbytes = np.zeros(n, dtype=np.int64)
+    nbytes_na = np.ones(n, dtype=bool)
+    for row, dims, types in state.shape_rows:
+        b = _shape_bytes(dims, types)
+        if b is not None and _I64_MIN <= b <= _I64_MAX:
+            nbytes[row] = b
+            nbytes_na[row] = False
+    if state.sparse_rows:
+        rows = _concat(state.sparse_rows, np.int64)
+        nbytes[rows] = _concat(state.sparse_vals, np.int64)
+        nbytes_na[rows] = False
+        del rows
+    bytes_col = final(nbytes, nbytes_na, "Int64")
+    del nbytes, nbytes_na
+
+    # ids: GPU rows carry device (pid) and stream; host rows pid/tid
+    pid = _concat(c["pid"], np.int64)
+    pid_na = _concat(c["pid_na"], bool)
+    device_col = final(np.where(is_gpu, pid, 0), ~is_gpu | pid_na, "Int16")
+    pid_col = final(pid, pid_na | is_gpu, "Int64")
+    del pid, pid_na
+    tid = _concat(c["tid"], np.int64)
+    tid_na = _concat(c["tid_na"], bool)
+    stream = _concat(c["stream"], np.int64)
+    stream_na = _concat(c["stream_na"], bool)
+    stream_val = np.where(stream_na, tid, stream)
+    del stream
+    stream_na2 = stream_na & tid_na
+    for row, text in state.stream_tid_text:
+        m = _STREAM_TID.match(text)
+        if m and is_gpu[row] and stream_na[row]:
+            stream_val[row] = int(m.group(1))
+            stream_na2[row] = False
+    del stream_na
+    stream_na2 |= ~is_gpu
+    stream_col = final(stream_val, stream_na2, "Int64")
+    del stream_val, stream_na2
+    tid_col = final(tid, tid_na | is_gpu, "Int64")
+    del tid, tid_na, is_gpu
+
+    name_arr = _chrome.from_codes(name_codes[order], names)
+    del name_codes
+    cat_arr = _chrome.from_codes(cat_codes[order], cat_values)
+    del cat_codes
+    kind_arr = _chrome.from_codes(kind[order], kind_names)
+    del kind
+    if n:
+        # categories in alphabetical order, as pd.Categorical(strings) gives
+        kind_arr = kind_arr.reorder_categories(pd.Index(sorted(kind_arr.categories),
+                                                        dtype=object))
+    return make_events(
         n,
+        copy=False,
         run_id=_chrome.const_category(run_id, n),
-        rank=_chrome.masked(np.full(n, rank or 0), np.full(n, rank is None), "Int32"),
+        rank=pd.arrays.IntegerArray(np.full(n, rank or 0, dtype=np.int32),
+                                    np.full(n, rank is None)),
         local_rank=_chrome.na_int(n, "Int32"),
         host=_chrome.const_category(host, n),
-        pid=_chrome.masked(pid[order], pid_out_na[order], "Int64"),
-        tid=_chrome.masked(tid[order], tid_out_na[order], "Int64"),
-        device=_chrome.masked(device[order], device_na[order], "Int16"),
-        stream=_chrome.masked(stream_val[order], stream_na2[order], "Int64"),
+        pid=pid_col,
+        tid=tid_col,
+        device=device_col,
+        stream=stream_col,
         name=name_arr,
-        kind=pd.Categorical(kind[order]) if n else [],
-        cat=cat_vals,
-        start_ns=start[order],
-        dur_ns=dur[order],
-        step=_chrome.masked(step[order], step_na[order], "Int32"),
+        kind=kind_arr,
+        cat=cat_arr,
+        start_ns=start,
+        dur_ns=dur,
+        step=step_col,
         epoch=_chrome.na_int(n, "Int32"),
-        bytes=_chrome.masked(nbytes[order], nbytes_na[order], "Int64"),
+        bytes=bytes_col,
         tensor=_chrome.const_category(None, n),
-        correlation=_chrome.masked(corr[order], corr_na[order], "Int64"),
+        correlation=corr_col,
         source=_chrome.const_category(NAME, n),
     )
-    return df
 
 
 register(
