@@ -204,3 +204,31 @@ def test_us_to_ns_exact_or_flagged(ns):
     if abs(ns) < 2**43 * 1000:  # below 2**43 µs float64 keeps every ns
         assert not inexact[0] and got[0] == ns
     assert _chrome.text_us_to_ns(_us(abs(ns)) if ns >= 0 else "-" + _us(-ns)) == ns
+
+
+@pytest.mark.parametrize("block", [97, 4096])
+def test_tiny_blocks_give_the_same_frames(block, monkeypatch, data_dir):
+    """Streaming cuts files into blocks at record boundaries; the frame must not depend on
+    where the cuts fall (B/E matching and truncation accounting carry across blocks)."""
+    import warnings
+
+    import pandas as pd
+
+    from analysis.readers import _chrome
+
+    corpus = data_dir.parents[2] / "shared" / "corpus" / "horovod_timeline"  # used when present
+    files = [*sorted((data_dir / "horovod").glob("*.json")), *sorted((data_dir / "kineto").glob("*.json*")),
+             *(corpus / n for n in ("tflogs-72f32f9__horovod_timeline.json", "alcf__timeline_cpu_n1.json")
+               if (corpus / n).exists())]
+    for f in files:
+        reader = horovod if "horovod" in str(f) else kineto
+        with warnings.catch_warnings(record=True) as w_default:
+            warnings.simplefilter("always")
+            expected = reader.read(f)
+        monkeypatch.setattr(_chrome, "BLOCK_BYTES", block)
+        with warnings.catch_warnings(record=True) as w_small:
+            warnings.simplefilter("always")
+            got = reader.read(f)
+        monkeypatch.undo()
+        pd.testing.assert_frame_equal(expected, got, obj=f"{f.name} with {block}-byte blocks")
+        assert [str(w.message) for w in w_default] == [str(w.message) for w in w_small], f.name
