@@ -125,9 +125,10 @@ def _summary(ctx: _Context) -> Section:
             "efficiency_frac"]
     t = table[[c for c in cols if c in table.columns]].copy()
     try:
-        b = _breakdown_by_ranks(ctx)
-        b = b[["config_backend", "n_ranks", "sync_exposed_frac", "data_frac"]]
-        t = t.merge(b, on=["config_backend", "n_ranks"], how="left")
+        keys = ["config_backend", "batch_size", "n_ranks"]
+        b = ctx.memo("breakdown_by_batch", lambda: M.breakdown_by_ranks(
+            _breakdown(ctx), _runs(ctx), by=("config_backend", "batch_size")))
+        t = t.merge(b[[*keys, "sync_exposed_frac", "data_frac"]], on=keys, how="left")
     except Skip as exc:
         sec.notes.append(f"Sync and data shares are missing: {exc}")
     sec.tables.append(("summary", t, f"Baseline: {base}."))
@@ -140,7 +141,8 @@ def _study_breakdown(ctx: _Context) -> Section:
                   "in the step time, measured as unions of intervals (overlaps counted once).")
     b = _breakdown_by_ranks(ctx)
     sec.figures.append(("breakdown", P.plot_breakdown(b)))
-    sec.tables.append(("breakdown_by_ranks", b, "Pooled over ranks and repeats; times are per step."))
+    sec.tables.append(("breakdown_by_ranks", b, "Pooled over ranks, repeats and batch sizes (the summary "
+                                                "table has them per batch size); times are per step."))
     per_rank = M.time_breakdown(ctx.need_events(), level="rank")
     sec.tables.append(("breakdown_per_rank", per_rank, "Per run and rank."))
     ev = ctx.need_events()
