@@ -45,6 +45,8 @@ COMPONENT_LABELS: dict[str, str] = {
     "idle": "idle",
 }
 RANKS_TITLE = "ranks (processes)"
+#: Timeline-only colours (steps as a light band behind the phases' row).
+TIMELINE_COLOURS: dict[str, str] = {"step": "#DDDDDD", "allreduce": "#CC79A7"}
 
 
 def apply_theme(fig: go.Figure, *, width: int = 800, height: int = 520) -> go.Figure:
@@ -125,9 +127,13 @@ def plot_breakdown(table: pd.DataFrame, *, x: str = "n_ranks", by: str | None = 
                              marker_color=COMPONENT_COLOURS[c],
                              hovertemplate="%{x}: %{y:.1f} %<extra>" + COMPONENT_LABELS[c] + "</extra>"))
     fig.update_layout(barmode="stack", title=title)
-    fig.update_xaxes(title_text=RANKS_TITLE, type="category")
+    fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if by and by in t.columns else RANKS_TITLE,
+                     type="category")
     fig.update_yaxes(title_text="share of step time (%)", range=[0, 100])
-    return apply_theme(fig)
+    apply_theme(fig)
+    if by and by in t.columns:  # slanted category labels need the room the legend had
+        fig.update_layout(legend={"y": -0.42}, margin={"b": 200}, height=580)
+    return fig
 
 
 def plot_gpu_breakdown(table: pd.DataFrame, *, title: str = "GPU time per rank (HTA temporal breakdown)") -> go.Figure:
@@ -515,7 +521,9 @@ def plot_timeline(events: pd.DataFrame, *, steps: Sequence[int] | None = None, m
     ev = events[(events["start_ns"] < t1) & (events["start_ns"] + events["dur_ns"] > t0)]
     rows = []
     for r in ev.itertuples(index=False):
-        if r.kind == "phase" and r.name != "epoch":
+        if r.kind == "phase" and (r.name == "epoch" or r.step not in set(steps)):
+            continue  # only the chosen steps' phases; comm records by time
+        if r.kind == "phase":
             lane = f"rank {r.rank}" if r.name != "step" else f"rank {r.rank} step"
         elif r.kind == "comm" and r.cat == "ddp_hook":
             lane = f"rank {r.rank} allreduce"
@@ -528,8 +536,8 @@ def plot_timeline(events: pd.DataFrame, *, steps: Sequence[int] | None = None, m
     fig = go.Figure()
     for i, (name, g) in enumerate(df.groupby("name", sort=False)):
         fig.add_trace(go.Bar(y=g["lane"], x=g["dur_ms"], base=g["start_ms"], orientation="h", name=name,
-                             marker_color=COMPONENT_COLOURS.get("sync_exposed" if name == "sync" else name,
-                                                                PALETTE[i % len(PALETTE)]),
+                             marker_color=TIMELINE_COLOURS.get(name) or COMPONENT_COLOURS.get(
+                                 "sync_exposed" if name == "sync" else name, PALETTE[i % len(PALETTE)]),
                              hovertemplate=f"{name}<br>start %{{base:.3f}} ms<br>%{{x:.3f}} ms<extra></extra>"))
     lanes = sorted(df["lane"].unique(), key=lambda s: (not s.startswith("rank"), s))
     fig.update_layout(title=title, barmode="overlay", xaxis_title="time since the first shown step (ms)",
