@@ -127,11 +127,11 @@ def plot_breakdown(table: pd.DataFrame, *, x: str = "n_ranks", by: str | None = 
                              marker_color=COMPONENT_COLOURS[c],
                              hovertemplate="%{x}: %{y:.1f} %<extra>" + COMPONENT_LABELS[c] + "</extra>"))
     fig.update_layout(barmode="stack", title=title)
-    fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if by and by in t.columns else RANKS_TITLE,
-                     type="category")
+    many = by is not None and by in t.columns and t[by].nunique(dropna=False) > 1  # as _bar_labels
+    fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if many else RANKS_TITLE, type="category")
     fig.update_yaxes(title_text="share of step time (%)", range=[0, 100])
     apply_theme(fig)
-    if by and by in t.columns:  # slanted category labels need the room the legend had
+    if many:  # slanted category labels need the room the legend had
         fig.update_layout(legend={"y": -0.42}, margin={"b": 200}, height=580)
     return fig
 
