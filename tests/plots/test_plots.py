@@ -123,3 +123,27 @@ def test_plot_validation_and_memory_and_stragglers():
 def test_builder_names_missing_columns():
     with pytest.raises(ScalescopeError, match="plot_scaling needs column"):
         P.plot_scaling(pd.DataFrame({"n_ranks": [1]}))
+
+
+def test_plot_timeline_shows_the_chosen_steps_per_rank():
+    from analysis.schema import make_events
+
+    # two ranks, three steps of forward (2 ms) + backward (3 ms), steps every 10 ms
+    rows = []
+    for rank in (0, 1):
+        for step in range(3):
+            t = step * 10_000_000
+            rows += [("step", t, 6_000_000, step, rank), ("forward", t, 2_000_000, step, rank),
+                     ("backward", t + 2_000_000, 3_000_000, step, rank)]
+    name, start, dur, step, rank = zip(*rows, strict=True)
+    ev = make_events(name=list(name), start_ns=list(start), dur_ns=list(dur), step=list(step), rank=list(rank),
+                     kind="phase", cat="phase", run_id="r", source="test")
+    fig = P.plot_timeline(ev, steps=[1])
+    by_name = {t.name: t for t in fig.data}
+    assert set(by_name) == {"step", "forward", "backward"}
+    assert sorted(by_name["forward"].y) == ["rank 0", "rank 1"]
+    assert list(by_name["forward"].base) == [0.0, 0.0]  # ms since the first shown step
+    assert list(by_name["backward"].x) == [3.0, 3.0]
+    assert fig.layout.xaxis.title.text == "time since the first shown step (ms)"
+    with pytest.raises(ScalescopeError, match="one run"):
+        P.plot_timeline(pd.concat([ev, ev.assign(run_id="other")], ignore_index=True))
