@@ -195,7 +195,7 @@ def _study_scaling(ctx: _Context) -> Section:
         points = M.run_speedups(pr, baseline="min")
     fit = M.fit_speedup(points[points["framework"] != "none"], by=("config_backend",))
     bounds = M.node_boundaries(_runs(ctx))
-    sec.figures.append(("scaling", P.plot_scaling(table[table["config_backend"] != "none"], fit=fit,
+    sec.figures.append(("scaling", P.plot_scaling(table[table["framework"] != "none"], fit=fit,
                                                   boundaries=bounds)))
     sec.tables.append(("scaling", table, "Epoch time (s), throughput (samples/s), speedup, efficiency."))
     sec.tables.append(("speedup_fit", fit, "Linear fit of speedup against ranks (Student-t interval)."))

@@ -196,8 +196,8 @@ def scaling_table(
     Returns
     -------
     pandas.DataFrame
-        The ``by`` columns, ``n_ranks``, ``n_nodes``, ``n_runs``,
-        ``epoch_time_s_median/_min/_max/_std``,
+        The ``by`` columns, ``n_ranks``, ``framework`` (when the runs have it; ``none`` marks
+        the baseline), ``n_nodes``, ``n_runs``, ``epoch_time_s_median/_min/_max/_std``,
         ``throughput_samples_per_s_median/_min/_max/_std``, ``baseline_n_ranks``,
         ``baseline_epoch_time_s``, ``speedup`` (from the median), ``speedup_min``,
         ``speedup_max`` (over repeats), ``efficiency_frac`` (0-1 for linear scaling and
@@ -222,6 +222,8 @@ def scaling_table(
     rows = []
     for key, g in sp.groupby([*by, "n_ranks"], sort=True, dropna=False):
         row = dict(zip([*by, "n_ranks"], key if isinstance(key, tuple) else (key,), strict=False))
+        if "framework" in g and "framework" not in row:
+            row["framework"] = g["framework"].iloc[0]
         row["n_nodes"] = g["n_nodes"].max() if "n_nodes" in g else np.nan
         row["n_runs"] = len(g)
         row.update(spread(g["epoch_time_s"], "epoch_time_s"))
