@@ -93,13 +93,12 @@ def test_nvtx_phases_match_our_recorder(hvd_run, rank):
     ``step`` range (and closes it) that our recorder does not keep as a step.
 
     Ranges matched in time order: at least 80 % of each phase's ranges agree within 2 % of
-    the range or 12 µs (``data`` ranges, ~0.3 ms, open two NVTX ranges, ``step`` and
-    ``data``, after our clock read: measured 3-11 µs shorter under nsys), and the median
-    difference is under 20 µs. Not the totals: on the shared 2-core VM the rank is now and
-    then descheduled between our clock read and the NVTX call (1-3 ranges per run, 1-3 ms
-    each, either sign; ``epoch``/``eval``, one range each, get 5 ms), which moves a phase's total by more than 2 % although both tools
-    time their own calls correctly. On a quiet run the totals agreed within 0.4 % (data:
-    1.8-2.2 %), see docs/profilers.md.
+    the range or 12 µs, the median difference is under 20 µs, and the per-phase totals agree
+    within 2 % (measured on a quiet machine: 0.01-0.6 %, ``data`` the largest; NVTX pushes
+    come before our clock read and pops after it, so our interval nests inside the range).
+    Ranges where the rank was descheduled between the two clocks (> 1 ms apart; on a loaded
+    2-core VM 1-3 per run) are left out of the totals, and must be at most 5 % of them.
+    ``epoch``/``eval``, one range each, are allowed 5 ms.
     """
     nv, own = _nvtx(hvd_run, rank), _own(hvd_run, rank)
     counts_nv = nv["name"].value_counts()
@@ -125,6 +124,12 @@ def test_nvtx_phases_match_our_recorder(hvd_run, rank):
         ok = np.abs(dx - dy) <= np.maximum(0.02 * dy, 12_000)
         assert ok.mean() >= 0.8, (phase, (dx - dy) / 1e3)
         assert np.median(np.abs(dx - dy)) < 20_000, (phase, (dx - dy) / 1e3)
+        # the issue's criterion: per phase and rank, totals within 2 %, leaving out only
+        # ranges where the process was descheduled between the two clocks (> 1 ms apart;
+        # at most 5 % of them)
+        calm = np.abs(dx - dy) < 1_000_000
+        assert calm.mean() >= 0.95, (phase, (dx - dy) / 1e3)
+        assert abs(dx[calm].sum() - dy[calm].sum()) <= 0.02 * dy[calm].sum(), (phase, dx[calm].sum(), dy[calm].sum())
 
 
 # -- cross-check 2: exposed sync vs the Horovod timeline -----------------------------------------
