@@ -239,7 +239,8 @@ def finalize_main(argv: Sequence[str] | None = None) -> int:
     ``run.json`` and its entry in ``experiment.json``. The run's configuration comes from
     ``SCALESCOPE_CONFIG`` (exported by the script).
     """
-    from instrumentation.sweep import RunSpec, finalize_run, load_experiment, write_json_atomic
+    from instrumentation.manifest import write_json_atomic
+    from instrumentation.sweep import RunSpec, finalize_run, load_experiment
 
     p = argparse.ArgumentParser(prog="python -m instrumentation.slurm finalize")
     p.add_argument("--out", type=Path, required=True)

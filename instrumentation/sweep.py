@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from instrumentation.manifest import write_json_atomic
+
 __all__ = [
     "BACKENDS",
     "RunSpec",
@@ -353,18 +355,6 @@ def classify_exit(exit_code: int | None, log_text: str) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-def write_json_atomic(path: Path, obj: object) -> None:
-    """Write JSON to a temporary file next to ``path`` and rename it over ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _minimal_manifest(spec: RunSpec, *, experiment: str, command: list[str]) -> dict:
