@@ -7,13 +7,11 @@ process itself never imports them.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 _PROBE = r"""
 import json, sys
@@ -85,9 +83,13 @@ def _run(cmd: list[str], timeout: float = 20) -> tuple[int, str]:
 
 
 def _bin(name: str) -> str | None:
-    """A program next to this interpreter (the venv) first, then on PATH."""
-    here = Path(sys.executable).parent / name
-    return str(here) if here.exists() else shutil.which(name)
+    """A program next to this interpreter (the venv) first, then on PATH (as the sweep finds it)."""
+    from instrumentation.sweep import find_tool
+
+    try:
+        return find_tool(name)
+    except FileNotFoundError:
+        return None
 
 
 def find_nsys() -> str | None:
@@ -98,15 +100,10 @@ def find_nsys() -> str | None:
 
 
 def find_browser() -> str | None:
-    """A Chromium/Chrome that kaleido can drive."""
-    env = os.environ.get("BROWSER_PATH")
-    if env and Path(env).exists():
-        return env
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+    """The Chromium/Chrome kaleido will drive (see :func:`analysis.export.find_browser`)."""
+    from analysis.export import find_browser as _find
+
+    return _find()
 
 
 def collect() -> list[Finding]:

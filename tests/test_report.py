@@ -1,6 +1,6 @@
-"""The HTML report on the hand-built experiment (and on any experiment directory given in
-$SCALESCOPE_TEST_EXPERIMENT), its export/ folder, the browser-free fallback, and one
-render in headless Chromium that fails on any JavaScript error."""
+"""The HTML report on the hand-built experiment, its export/ folder, the browser-free
+fallback, and one render in headless Chromium that fails on any JavaScript error (the report
+on a real sweep is in test_end_to_end.py)."""
 
 from __future__ import annotations
 
@@ -113,17 +113,9 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        p = shutil.which(name)
-        if p:
-            return p
-    return find_browser()
-
-
 @pytest.mark.chromium
 def test_report_static_export_and_renders_without_js_errors(exp, tmp_path):
-    browser = _chromium()
+    browser = find_browser()
     if browser is None:
         pytest.skip("no Chromium-based browser")
     page = report.build_report(exp, tmp_path / "rep", static=True)
