@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 from analysis.errors import ReadError, RecoveryWarning
 
@@ -31,6 +32,18 @@ def head(path: Path, n: int = 4096) -> bytes:
         return b""
 
 
+def open_binary(path: str | Path) -> BinaryIO:
+    """``open(path, "rb")`` with a :class:`ReadError` naming the file for every failure."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise ReadError(path, "file not found") from None
+    except IsADirectoryError:
+        raise ReadError(path, "is a directory, not a file") from None
+    except OSError as exc:
+        raise ReadError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
 def read_bytes(path: str | Path) -> bytes:
     """Whole file as bytes, gunzipped when it starts with the gzip magic.
 
@@ -38,14 +51,11 @@ def read_bytes(path: str | Path) -> bytes:
     :class:`RecoveryWarning`; a corrupt one raises :class:`ReadError`.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ReadError(path, "file not found") from None
-    except IsADirectoryError:
-        raise ReadError(path, "is a directory, not a file") from None
-    except OSError as exc:
-        raise ReadError(path, f"cannot read: {exc.strerror or exc}") from None
+    with open_binary(path) as fh:
+        try:
+            raw = fh.read()
+        except OSError as exc:
+            raise ReadError(path, f"cannot read: {exc.strerror or exc}") from None
     if not raw:
         raise ReadError(path, "file is empty (0 bytes)")
     if raw[:2] != GZIP_MAGIC:

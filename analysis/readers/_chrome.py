@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from analysis._io import GZIP_MAGIC
+from analysis._io import GZIP_MAGIC, open_binary
 from analysis.errors import ReadError, RecoveryWarning
 
 #: Bytes read per block; a chunk decoded at once is 0.5 to 1.5 blocks. Bounds the transient
@@ -136,14 +136,7 @@ def iter_blocks(path: Path, *, block_bytes: int | None = None,
     as ``_io.read_bytes`` does, when no ``damage`` is given).
     """
     block_bytes = block_bytes or BLOCK_BYTES
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
-    except FileNotFoundError:
-        raise ReadError(path, "file not found") from None
-    except IsADirectoryError:
-        raise ReadError(path, "is a directory, not a file") from None
-    except OSError as exc:
-        raise ReadError(path, f"cannot read: {exc.strerror or exc}") from None
+    fh = open_binary(path)
     with fh:
         size = os.fstat(fh.fileno()).st_size
         first = fh.read(block_bytes)
