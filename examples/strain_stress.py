@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import math
 import os
 import sys
@@ -379,6 +380,21 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     dist = _Dist(args.backend, device_kind)
+    try:
+        return _train(args, dist, device_kind)
+    finally:
+        # Collect the DDP model (in reference cycles through its hooks) while the process
+        # group still exists: with torch 2.13 a DDP model that outlives
+        # destroy_process_group() into interpreter shutdown aborts the process ("terminate
+        # called without an active exception") in roughly one gloo exit in ten under load.
+        gc.collect()
+        dist.close()
+
+
+def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
+    """Train and evaluate; returns the exit status. ``main`` closes ``dist`` afterwards."""
+    import torch
+
     device = torch.device("cuda", dist.local_rank) if device_kind == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -492,7 +508,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if ssi is not None:
             ssi.finish(status=status)
-        dist.close()
     return 0
 
 
