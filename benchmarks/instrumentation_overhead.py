@@ -1,19 +1,22 @@
 #!/usr/bin/env python
 """What does scalescope's instrumentation cost? Step time with and without it, and one phase record.
 
-1. The thesis workload (``examples/strain_stress.py``, one process, batch 75, CPU) run with
-   ``--no-instrument`` (instrumentation never imported) and instrumented (phases, step and
-   epoch records, CPU sampler), interleaved (A B, B A, A B, ...) so that drifts of a shared
-   machine hit both alike. Step time = an epoch's training-loop time / its steps; the first
-   epoch of every process is warm-up and dropped; the table gives the overhead three ways:
-   ratio of the medians over all other epochs, median of the per-pair ratios, and ratio of
-   the fastest epochs (the least disturbed by other load on a shared machine).
-2. A micro-benchmark of one recorded phase: ``with instrumentation.phase("forward"): pass``
+1. Added step time in ONE process (the measurement the 1 % target is judged on): the
+   thesis workload's model, data and loop, batch 75, CPU, with instrumented and plain steps
+   alternating (ABBA); each instrumented step is paired with the plain step next to it and
+   the median paired difference is reported with a bootstrap 95 % interval (the shared
+   machine's interference is additive and heavy-tailed, so the mean is far noisier). The
+   sampler's and trace writer's CPU time is measured separately.
+2. The whole script (``examples/strain_stress.py``) run with ``--no-instrument`` and
+   instrumented, in interleaved process pairs (A B, B A, ...); the first epoch of every
+   process is dropped. End to end, but separate processes differ by tens of percent on a
+   shared VM, so it cannot resolve 1 % there.
+3. A micro-benchmark of one recorded phase: ``with instrumentation.phase("forward"): pass``
    after ``init`` (recording to a real trace file, sampler running, no NVTX tool attached),
    minus the same loop with ``contextlib.nullcontext``; median of several rounds.
 
-    .venv/bin/python benchmarks/instrumentation_overhead.py               # ~2-3 minutes on 2 cores
-    .venv/bin/python benchmarks/instrumentation_overhead.py --repeats 4 --epochs 6 --json out.json
+    .venv/bin/python benchmarks/instrumentation_overhead.py               # ~4 minutes on 2 cores
+    .venv/bin/python benchmarks/instrumentation_overhead.py --repeats 0 --blocks 60  # in-process only
 
 Targets: <= 1 % added step time at batch 75, <= 5 µs per recorded phase.
 """
@@ -92,6 +95,137 @@ def step_time_benchmark(args: argparse.Namespace) -> dict:
     }
 
 
+def _load_workload_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("strain_stress", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["strain_stress"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _thread_cpu_s(native_id: int | None) -> float:
+    """User + system CPU seconds of one thread of this process (Linux ``/proc``), else 0."""
+    if native_id is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def in_process_benchmark(args: argparse.Namespace) -> dict:
+    """Instrumented and plain training steps alternating in ONE process (ABBA order per step).
+
+    Separate processes of the same workload differ by tens of percent on a shared VM (memory
+    placement, which core, neighbours), and even whole epochs next to each other in one
+    process differ by several percent; adjacent *steps* share those conditions. So steps
+    alternate: an instrumented step runs exactly the example's loop body with ``ssi.phase``
+    for forward/backward/optimizer, takes its batch through the wrapped loader (``data``)
+    and calls ``step_end``; a plain step runs the same body with ``contextlib.nullcontext``
+    and takes its batch from the same underlying iterator directly. ``init`` happens once, so
+    the sampler and the trace writer run throughout: their CPU time is measured separately.
+    The overhead is the mean of the per-pair differences (instrumented minus the plain step
+    next to it) over the mean plain step, with a bootstrap 95 % confidence interval.
+    """
+    import random
+    import threading
+    import types
+
+    import torch
+
+    import instrumentation as ssi
+
+    ss = _load_workload_module()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory(prefix="ss-inproc-") as tmp:
+        tmp = Path(tmp)
+        data_dir = Path(args.data_dir) if args.data_dir else tmp / "data"
+        data = ss.load_or_generate(args.samples, seed=0, data_dir=data_dir, log=lambda m: None)
+        train_idx, val_idx = ss.split(args.samples, seed=0)
+        wl_args = types.SimpleNamespace(data_on_device=False, batch_size=75, num_workers=0, seed=0)
+        one = types.SimpleNamespace(rank=0, size=1)
+        loader, _ = ss._loaders(data, train_idx, val_idx, args=wl_args, dist=one, device=torch.device("cpu"))
+        model = ss.build_model()
+        opt = torch.optim.Adam(model.parameters(), lr=4.7331e-4)
+        loss_fn = torch.nn.MSELoss()
+        ssi.init(run_dir=tmp / "run", framework="none", config={"benchmark": "in-process overhead",
+                                                                "batch_size": 75})
+        bg = [t for t in threading.enumerate() if t.name.startswith("scalescope")]
+        cpu0 = {t.name: _thread_cpu_s(t.native_id) for t in bg}
+        wall0 = time.perf_counter()
+        plain = contextlib.nullcontext()
+
+        def step(source, instrumented: bool) -> int:
+            t0 = time.perf_counter_ns()
+            xb, yb = next(source)
+            phase = ssi.phase if instrumented else (lambda name: plain)
+            with phase("forward"):
+                opt.zero_grad()
+                loss = loss_fn(model(xb), yb)
+            with phase("backward"):
+                loss.backward()
+            with phase("optimizer"):
+                opt.step()
+            if instrumented:
+                ssi.step_end()
+            return time.perf_counter_ns() - t0
+
+        pattern = (True, False, False, True)  # ABBA: neither kind always goes first
+        times: dict[bool, list[int]] = {False: [], True: []}
+        diffs: list[int] = []
+        k = 0
+        for e in range(args.blocks + 1):  # epoch 0 is warm-up
+            loader.sampler.set_epoch(e)
+            ssi.epoch_start(e)
+            raw = iter(loader)
+            wrapped = iter(ssi.wrap_loader(raw))  # records `data`, pulls from the same iterator
+            pair: dict[bool, int] = {}
+            while True:
+                inst = pattern[k % 4]
+                try:
+                    dt = step(wrapped if inst else raw, inst)
+                except StopIteration:
+                    break
+                k += 1
+                if e == 0:
+                    continue
+                times[inst].append(dt)
+                pair[inst] = dt
+                if len(pair) == 2:
+                    diffs.append(pair[True] - pair[False])
+                    pair = {}
+            ssi.epoch_end(e, samples=len(loader) * 75)
+        wall = time.perf_counter() - wall0
+        cpu = {t.name: _thread_cpu_s(t.native_id) - cpu0[t.name] for t in bg}
+        ssi.finish()
+    base_mean = statistics.fmean(times[False])
+    rng = random.Random(0)
+    boots, boot_med = [], []
+    for _ in range(2000):
+        sample = rng.choices(diffs, k=len(diffs))
+        boots.append(statistics.fmean(sample))
+        boot_med.append(statistics.median(sample))
+    boots.sort()
+    boot_med.sort()
+    base, inst = statistics.median(times[False]), statistics.median(times[True])
+    return {
+        "epochs": args.blocks, "steps_each": len(times[False]), "pairs": len(diffs),
+        "baseline_step_ms": base / 1e6, "instrumented_step_ms": inst / 1e6,
+        "median_overhead_pct": (inst / base - 1.0) * 100.0,
+        "pair_mean_pct": statistics.fmean(diffs) / base_mean * 100.0,
+        "pair_mean_ci95_pct": [boots[49] / base_mean * 100.0, boots[1949] / base_mean * 100.0],
+        "pair_median_us": statistics.median(diffs) / 1e3,
+        "pair_median_pct": statistics.median(diffs) / base * 100.0,
+        "pair_median_ci95_pct": [boot_med[49] / base * 100.0, boot_med[1949] / base * 100.0],
+        "background_cpu_s": cpu, "wall_s": wall,
+        "background_cpu_share_pct": sum(cpu.values()) / wall * 100.0,
+    }
+
+
 def phase_benchmark(*, n: int, rounds: int) -> dict:
     import instrumentation as ssi
 
@@ -137,7 +271,9 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=8, help="process pairs (default 8)")
+    p.add_argument("--repeats", type=int, default=8, help="process pairs (default 8; 0: none)")
+    p.add_argument("--blocks", type=int, default=60,
+                   help="in-process: epochs of alternating instrumented/plain steps (default 60; 0: none)")
     p.add_argument("--epochs", type=int, default=4, help="epochs per process; the first is dropped (default 4)")
     p.add_argument("--samples", type=int, default=6000, help="curves (default 6000: 60 steps an epoch)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: steadier on a shared machine)")
@@ -147,16 +283,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-workload", action="store_true", help="only the phase micro-benchmark")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
-    if args.epochs < 2 or args.repeats < 1:
-        p.error("--epochs must be >= 2 (the first is warm-up) and --repeats >= 1")
+    if args.epochs < 2 or args.repeats < 0 or args.blocks < 0:
+        p.error("--epochs must be >= 2 (the first is warm-up), --repeats and --blocks >= 0")
 
     result = {"machine": machine(), "command": [Path(sys.executable).name, *sys.argv]}
     print(f"machine: {result['machine']['cpu']}, {result['machine']['cores']} cores, "
           f"Python {result['machine']['python']}, torch {result['machine'].get('torch')}")
     print("phase micro-benchmark ...", flush=True)
     result["phase"] = phase_benchmark(n=args.phase_n, rounds=args.phase_rounds)
-    if not args.skip_workload:
-        print("workload (batch 75, one process, CPU), interleaved ...", flush=True)
+    if not args.skip_workload and args.blocks:
+        print(f"workload in one process: {args.blocks} epochs of alternating steps ...", flush=True)
+        result["in_process"] = in_process_benchmark(args)
+    if not args.skip_workload and args.repeats:
+        print("workload (batch 75, one process, CPU), interleaved processes ...", flush=True)
         result["step"] = step_time_benchmark(args)
 
     print()
@@ -165,6 +304,22 @@ def main(argv: list[str] | None = None) -> int:
     ph = result["phase"]
     print(f"| one recorded phase (enter+exit, empty-loop corrected) | {ph['phase_us']:.2f} µs | <= 5 µs |")
     print(f"| one recorded phase, raw loop | {ph['phase_raw_us']:.2f} µs | |")
+    if "in_process" in result:
+        ip = result["in_process"]
+        lo, hi = ip["pair_mean_ci95_pct"]
+        print(f"| in one process: median step, plain / instrumented ({ip['steps_each']} steps each) | "
+              f"{ip['baseline_step_ms']:.3f} / {ip['instrumented_step_ms']:.3f} ms | |")
+        print(f"| in one process: added step time, ratio of the medians | {ip['median_overhead_pct']:+.2f} % "
+              f"| <= 1 % |")
+        print(f"| in one process: added step time, mean of {ip['pairs']} adjacent step pairs "
+              f"(95 % bootstrap CI) | {ip['pair_mean_pct']:+.2f} % ({lo:+.2f} to {hi:+.2f}) | <= 1 % |")
+        mlo, mhi = ip["pair_median_ci95_pct"]
+        print(f"| in one process: median pair difference over the median plain step (95 % bootstrap CI) | "
+              f"{ip['pair_median_us']:+.1f} µs = {ip['pair_median_pct']:+.2f} % ({mlo:+.2f} to {mhi:+.2f}) "
+              f"| <= 1 % |")
+        threads = ", ".join(f"{k} {v:.2f} s" for k, v in ip["background_cpu_s"].items())
+        print(f"| background threads' CPU over {ip['wall_s']:.0f} s ({threads}) | "
+              f"{ip['background_cpu_share_pct']:.2f} % of one core | |")
     if "step" in result:
         st = result["step"]
         print(f"| median step, no instrumentation | {st['baseline_step_ms']:.3f} ms "
