@@ -93,6 +93,10 @@ def test_reader_contract(item):
     assert first[time_col].is_monotonic_increasing
     assert (first["source"] == name).all()
     assert first["run_id"].notna().all()
+    if len(cached_hit) > 1:  # a frame re-loaded from the cache is as writable as a parsed one
+        for col in cached_hit.columns:
+            cached_hit.loc[0, col] = cached_hit.loc[1, col]
+        assert cached_hit.iloc[0].equals(first.iloc[1])
 
 
 def test_unknown_format_names_the_file_and_the_known_formats(tmp_path):
