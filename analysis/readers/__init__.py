@@ -211,17 +211,21 @@ def _read_cache(path: Path, reader: Reader) -> pd.DataFrame:
         table = f.read(columns=[c for c in names if c not in lazy])
     df = table.to_pandas(split_blocks=True, self_destruct=True)
     del table
-    for c in df.columns:  # plain NumPy columns come as read-only views of Arrow buffers
-        if isinstance(df[c].dtype, np.dtype):
-            arr = df[c].to_numpy()
-            if not arr.flags.writeable:
-                df[c] = arr.copy()
-    # inserted into the frame from Arrow, not a new one built around its columns: that one
-    # tracks the read-only Arrow buffers and copies before a write (copy-on-write)
-    for i, c in enumerate(names):
+    data = {}
+    for c in names:
         if c in lazy:
-            df.insert(i, c, const_category(None, n) if columns[c] == "category" else na_int(n, columns[c]))
-    return df
+            data[c] = const_category(None, n) if columns[c] == "category" else na_int(n, columns[c])
+            continue
+        col = df.pop(c)  # popped, its array is the frame's own (not a read-only view of it)
+        if isinstance(col.dtype, np.dtype):  # plain NumPy: a read-only view of an Arrow buffer
+            arr = col.to_numpy()
+            data[c] = arr if arr.flags.writeable else arr.copy()
+        else:
+            data[c] = col.array
+        del col
+    # built without copies: pandas' insert/setitem would copy every column (and so make the
+    # lazy all-missing values resident)
+    return pd.DataFrame(data, copy=False)
 
 
 def _sorted(df: pd.DataFrame, reader: Reader) -> pd.DataFrame:
