@@ -718,6 +718,31 @@ _NP_INT = {"Int8": np.int8, "Int16": np.int16, "Int32": np.int32, "Int64": np.in
 LAZY_ZEROS_MIN_BYTES = 1 << 20
 
 
+_TRIM: Callable[[int], int] | bool | None = False  # False: not looked up yet
+
+
+def release_freed_memory() -> None:
+    """Give memory that was freed back to the OS now (glibc ``malloc_trim``; elsewhere no-op).
+
+    The readers keep each chunk's rows in small arrays and free them column by column while
+    the frame's columns are built. glibc keeps such freed heap memory resident and serves
+    the large column arrays from fresh ``mmap`` pages instead, so without a trim the peak is
+    the chunks *plus* the frame rather than the frame plus one column's chunks.
+    """
+    global _TRIM
+    if _TRIM is False:
+        _TRIM = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+            except (OSError, AttributeError):  # musl or another libc: nothing to call
+                _TRIM = None
+    if _TRIM is not None:
+        _TRIM(0)
+
+
 def lazy_zeros(n: int, dtype) -> np.ndarray:
     """A writable array of ``n`` zeros whose memory is not resident until written.
 

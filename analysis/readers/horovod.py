@@ -709,6 +709,7 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
         lst = rows[group].pop(col)
         arr = np.concatenate(lst) if lst else np.zeros(0, dtype=_GROUPS[group][col])
         lst.clear()
+        _chrome.release_freed_memory()
         return arr
 
     def col(name: str, dtype, **fill) -> np.ndarray:

@@ -411,6 +411,7 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
 def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
     out = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
     parts.clear()  # the chunks are freed as soon as the column exists
+    _chrome.release_freed_memory()
     return out
 
 
