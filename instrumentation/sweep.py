@@ -389,15 +389,25 @@ def finalize_run(
     """
     run_dir = Path(run_dir)
     log_text = _read_tail(run_dir / "stderr.log") + "\n" + _read_tail(run_dir / "stdout.log")
-    status = status or classify_exit(exit_code, log_text)
     path = run_dir / "run.json"
     manifest = None
     with contextlib.suppress(OSError, ValueError):
         manifest = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(manifest, dict):
         manifest = _minimal_manifest(spec, experiment=experiment, command=command)
+    exit_note = None
+    if status is None:
+        status = classify_exit(exit_code, log_text)
+        if status == "failed" and _finished_before_exit(run_dir, manifest):
+            status = "ok"
+            exit_note = (f"exit code {exit_code} after training finished: every rank closed its "
+                         "trace and rank 0 recorded status ok, so the data is complete (a crash "
+                         "in interpreter teardown, e.g. a DDP model alive after "
+                         "destroy_process_group; see docs/instrumentation.md)")
     manifest["status"] = status
     manifest["exit_code"] = exit_code
+    if exit_note:
+        manifest["exit_note"] = exit_note
     if manifest.get("config") is None:
         manifest["config"] = spec.config(experiment=experiment)
     if not manifest.get("end_time"):
@@ -407,9 +417,31 @@ def finalize_run(
     entry = {"run_id": spec.run_id, "status": status, "exit_code": exit_code,
              "config": spec.config(experiment=experiment), "wall_s": None if wall_s is None else round(wall_s, 3),
              "command": command}
-    if status != "ok":
+    if status != "ok" or exit_note:
         entry["log_tail"] = log_tail(run_dir)
+    if exit_note:
+        entry["exit_note"] = exit_note
     return entry
+
+
+def _finished_before_exit(run_dir: Path, manifest: dict) -> bool:
+    """Did the training finish (rank 0's ``finish()`` wrote status ok and every rank's trace
+    is closed with its ``]``) before the process tree exited non-zero?"""
+    if manifest.get("status") != "ok" or not manifest.get("end_time"):
+        return False
+    world = manifest.get("world_size")
+    if not isinstance(world, int) or world < 1:
+        return False
+    for rank in range(world):
+        trace = run_dir / f"rank-{rank:05d}.trace.json"
+        try:
+            with open(trace, "rb") as fh:
+                fh.seek(max(0, trace.stat().st_size - 64))
+                if not fh.read().rstrip().endswith(b"]"):
+                    return False
+        except OSError:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -746,6 +778,8 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
                 profilers.record_profilers(run_dir, profilers.profiler_manifest(args, run_dir=run_dir, spec=spec))
             exp.set({**entry, "start_time": exp.entries[spec.run_id].get("start_time"), "end_time": _now()})
             progress.finish(spec.run_id, entry["status"] + ("" if code in (0, None) else f" (exit {code})"), wall)
+            if entry.get("exit_note"):
+                progress.print(f"scalescope sweep: warning: {spec.run_id}: {entry['exit_note']}")
     except KeyboardInterrupt:  # between runs: nothing is running, the manifest is current
         progress.print("scalescope sweep: interrupted; run the same command again to resume")
         return 130
