@@ -436,10 +436,15 @@ def _finished_before_exit(run_dir: Path, manifest: dict) -> bool:
         trace = run_dir / f"rank-{rank:05d}.trace.json"
         try:
             with open(trace, "rb") as fh:
-                fh.seek(max(0, trace.stat().st_size - 64))
-                if not fh.read().rstrip().endswith(b"]"):
-                    return False
-        except OSError:
+                fh.seek(max(0, trace.stat().st_size - 4096))
+                lines = fh.read().rstrip().splitlines()
+            # closed by finish() with status ok (a rank stopped by SIGTERM closes "killed")
+            if len(lines) < 2 or lines[-1].strip() != b"]":
+                return False
+            end = json.loads(lines[-2])
+            if end.get("name") != "scalescope_end" or end.get("args", {}).get("status") != "ok":
+                return False
+        except (OSError, ValueError, AttributeError):
             return False
     return True
 

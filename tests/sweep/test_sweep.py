@@ -183,21 +183,24 @@ def test_oom_is_detected_from_a_run_log(tmp_path):
     assert manifest["config"]["batch_size"] == 4096 and manifest["world_size"] == 2
 
 
-def _finished_run(run_dir: Path, *, world: int, closed: tuple[bool, ...]) -> None:
+def _finished_run(run_dir: Path, *, world: int, closed: tuple[str, ...]) -> None:
     run_dir.mkdir()
     (run_dir / "run.json").write_text(json.dumps(
         {"format": "scalescope.run", "status": "ok", "end_time": "2026-11-22T16:00:00+00:00",
          "world_size": world}))
-    for rank, ok in enumerate(closed):
+    for rank, how in enumerate(closed):  # "ok"/"killed": closed with that status; "": open
         body = '[\n{"name": "step", "ph": "X", "ts": 1.0, "dur": 2.0, "pid": 0, "tid": 1},\n'
-        (run_dir / f"rank-{rank:05d}.trace.json").write_text(body + ('{"ph": "M"}\n]\n' if ok else ""))
+        if how:
+            end = {"name": "scalescope_end", "ph": "M", "pid": 0, "tid": 0, "args": {"status": how}}
+            body += json.dumps(end) + "\n]\n"
+        (run_dir / f"rank-{rank:05d}.trace.json").write_text(body)
     (run_dir / "stderr.log").write_text("terminate called without an active exception\n"
                                         "exitcode  : -6 (pid: 99)\n")
 
 
 def test_teardown_abort_after_a_finished_run_is_ok_with_a_note(tmp_path):
     spec = RunSpec("ddp-gloo", 2, 75, 1)
-    _finished_run(tmp_path / "done", world=2, closed=(True, True))
+    _finished_run(tmp_path / "done", world=2, closed=("ok", "ok"))
     entry = sweep.finalize_run(tmp_path / "done", spec, exit_code=1, experiment="E", command=["x"])
     assert entry["status"] == "ok" and entry["exit_code"] == 1
     assert "teardown" in entry["exit_note"] and "terminate called" in entry["log_tail"]
@@ -205,7 +208,8 @@ def test_teardown_abort_after_a_finished_run_is_ok_with_a_note(tmp_path):
     assert manifest["status"] == "ok" and manifest["exit_note"] == entry["exit_note"]
 
 
-@pytest.mark.parametrize("closed", [(True, False), (True,)], ids=["rank-1-unclosed", "rank-1-missing"])
+@pytest.mark.parametrize("closed", [("ok", ""), ("ok",), ("ok", "killed")],
+                         ids=["rank-1-unclosed", "rank-1-missing", "rank-1-killed"])
 def test_abort_with_an_unfinished_rank_stays_failed(tmp_path, closed):
     spec = RunSpec("ddp-gloo", 2, 75, 1)
     _finished_run(tmp_path / "run", world=2, closed=closed)
