@@ -658,12 +658,27 @@ def int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     return arr, mask
 
 
-def masked(values: np.ndarray, mask: np.ndarray, dtype: str):
-    """A pandas nullable integer array from values and a missing-mask."""
+def masked(values: np.ndarray, mask: np.ndarray, dtype: str, take: np.ndarray | None = None):
+    """A pandas nullable integer array from values and a missing-mask, optionally reordered
+    (``values[take]``). Values are narrowed to ``dtype`` *before* the reorder when they fit,
+    so the temporaries are of the narrow type; a present value that does not fit raises
+    as pandas' ``astype`` does."""
     import pandas as pd
 
-    arr = pd.arrays.IntegerArray(np.asarray(values, dtype=np.int64), np.asarray(mask, dtype=bool))
-    return arr if dtype == "Int64" else arr.astype(dtype)
+    values = np.asarray(values)
+    mask = np.asarray(mask, dtype=bool)
+    np_dtype = np.dtype(_NP_INT[dtype])
+    if values.dtype != np_dtype and values.size:
+        info = np.iinfo(np_dtype)
+        present = values[~mask] if mask.any() else values
+        if present.size and (present.min() < info.min or present.max() > info.max):
+            arr = pd.arrays.IntegerArray(values.astype(np.int64), mask)
+            arr = arr.astype(dtype)  # raises, naming the overflow
+            return arr if take is None else arr[take]
+        values = values.astype(np_dtype)  # missing slots may wrap: they are masked
+    if take is not None:
+        values, mask = values[take], mask[take]
+    return pd.arrays.IntegerArray(values, mask)
 
 
 class Categories:

@@ -535,7 +535,7 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         del row_step, is_step, gstep
 
     def final(values: np.ndarray, mask: np.ndarray, dtype: str):
-        return _chrome.masked(values[order], mask[order], dtype)
+        return _chrome.masked(values, mask, dtype, take=order)
 
     step_col = final(step, step_na, "Int32")
     del step, step_na
