@@ -658,11 +658,16 @@ def int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     return arr, mask
 
 
-def masked(values: np.ndarray, mask: np.ndarray, dtype: str, take: np.ndarray | None = None):
+def masked(values: np.ndarray, mask: np.ndarray, dtype: str, take: np.ndarray | None = None,
+           *, damage: Damage | None = None, column: str = "") -> Any:
     """A pandas nullable integer array from values and a missing-mask, optionally reordered
-    (``values[take]``). Values are narrowed to ``dtype`` *before* the reorder when they fit,
-    so the temporaries are of the narrow type; a present value that does not fit raises
-    as pandas' ``astype`` does."""
+    (``values[take]``).
+
+    Values are narrowed to ``dtype`` *before* the reorder, so the temporaries are of the
+    narrow type. A present value that does not fit ``dtype`` becomes missing, counted in
+    ``damage`` (a warning) rather than wrapped around as a plain cast (or pandas' ``astype``)
+    would do silently.
+    """
     import pandas as pd
 
     values = np.asarray(values)
@@ -670,12 +675,14 @@ def masked(values: np.ndarray, mask: np.ndarray, dtype: str, take: np.ndarray | 
     np_dtype = np.dtype(_NP_INT[dtype])
     if values.dtype != np_dtype and values.size:
         info = np.iinfo(np_dtype)
-        present = values[~mask] if mask.any() else values
-        if present.size and (present.min() < info.min or present.max() > info.max):
-            arr = pd.arrays.IntegerArray(values.astype(np.int64), mask)
-            arr = arr.astype(dtype)  # raises, naming the overflow
-            return arr if take is None else arr[take]
-        values = values.astype(np_dtype)  # missing slots may wrap: they are masked
+        bad = ((values < info.min) | (values > info.max)) & ~mask
+        if bad.any():
+            mask = mask | bad
+            if damage is not None:
+                damage.notes.append(f"{int(bad.sum())} {column or 'integer'} value(s) outside "
+                                    f"{dtype}'s range were set missing")
+        del bad
+        values = values.astype(np_dtype)  # masked slots may wrap: they are missing
     if take is not None:
         values, mask = values[take], mask[take]
     return pd.arrays.IntegerArray(values, mask)

@@ -534,12 +534,12 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         step_na[gstep] = False
         del row_step, is_step, gstep
 
-    def final(values: np.ndarray, mask: np.ndarray, dtype: str):
-        return _chrome.masked(values, mask, dtype, take=order)
+    def final(values: np.ndarray, mask: np.ndarray, dtype: str, column: str):
+        return _chrome.masked(values, mask, dtype, take=order, damage=damage, column=column)
 
-    step_col = final(step, step_na, "Int32")
+    step_col = final(step, step_na, "Int32", "step")
     del step, step_na
-    corr_col = final(corr, corr_na, "Int64")
+    corr_col = final(corr, corr_na, "Int64", "correlation")
     del corr, corr_na
     start = ts[order]
     del ts
@@ -560,14 +560,14 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         nbytes[rows] = _concat(state.sparse_vals, np.int64)
         nbytes_na[rows] = False
         del rows
-    bytes_col = final(nbytes, nbytes_na, "Int64")
+    bytes_col = final(nbytes, nbytes_na, "Int64", "bytes")
     del nbytes, nbytes_na
 
     # ids: GPU rows carry device (pid) and stream; host rows pid/tid
     pid = _concat(c["pid"], np.int64)
     pid_na = _concat(c["pid_na"], bool)
-    device_col = final(np.where(is_gpu, pid, 0), ~is_gpu | pid_na, "Int16")
-    pid_col = final(pid, pid_na | is_gpu, "Int64")
+    device_col = final(np.where(is_gpu, pid, 0), ~is_gpu | pid_na, "Int16", "device")
+    pid_col = final(pid, pid_na | is_gpu, "Int64", "pid")
     del pid, pid_na
     tid = _concat(c["tid"], np.int64)
     tid_na = _concat(c["tid_na"], bool)
@@ -583,9 +583,9 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
             stream_na2[row] = False
     del stream_na
     stream_na2 |= ~is_gpu
-    stream_col = final(stream_val, stream_na2, "Int64")
+    stream_col = final(stream_val, stream_na2, "Int64", "stream")
     del stream_val, stream_na2
-    tid_col = final(tid, tid_na | is_gpu, "Int64")
+    tid_col = final(tid, tid_na | is_gpu, "Int64", "tid")
     del tid, tid_na, is_gpu
 
     name_arr = _chrome.from_codes(name_codes[order], names)

@@ -284,3 +284,29 @@ def test_corpus_sniff_is_exclusive(corpus_dir):
         assert kineto.sniff(f), f
     for f in sorted((corpus_dir / "horovod_timeline").glob("*.json")):
         assert not kineto.sniff(f), f
+
+
+def test_masked_narrows_before_reorder_and_warns_on_overflow():
+    import numpy as np
+
+    from analysis.readers import _chrome
+
+    values = np.array([5, 2**40, 7], dtype=np.int64)  # the big one is missing: it may wrap
+    mask = np.array([False, True, False])
+    arr = _chrome.masked(values, mask, "Int16", take=np.array([2, 1, 0]))
+    assert str(arr.dtype) == "Int16" and arr.tolist() == [7, pd.NA, 5]
+    damage = _chrome.Damage()  # a present value that does not fit is not silently wrapped
+    arr = _chrome.masked(values, np.zeros(3, dtype=bool), "Int16", damage=damage, column="device")
+    assert arr.tolist() == [5, pd.NA, 7]
+    assert damage.notes == ["1 device value(s) outside Int16's range were set missing"]
+    assert _chrome.masked(values, mask, "Int64").tolist() == [5, pd.NA, 7]
+
+
+def test_device_id_beyond_int16_is_missing_with_a_warning(tmp_path):
+    f = tmp_path / "big_device.json"
+    f.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 70000, "tid": 7, "ts": 1.0, "dur": 2.0},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 3.0, "dur": 2.0}]}))
+    with pytest.warns(RecoveryWarning, match="1 device value"):
+        df = kineto.read(f)
+    assert df["device"].tolist() == [pd.NA, 1]
