@@ -6,6 +6,7 @@ scalescope's DDP comm hook recording every bucket allreduce.
 """
 
 import argparse
+import gc
 
 import torch
 import torch.distributed as dist
@@ -41,4 +42,8 @@ for _step in range(args.steps):
     ssi.step_end()
 ssi.epoch_end(0, samples=16 * args.steps)
 ssi.finish()
+# Free the DDP model before destroying its process group: with torch 2.13 a DDP model alive at
+# interpreter shutdown sometimes aborts the process (docs/instrumentation.md, "DDP exit").
+del model, opt, loss
+gc.collect()
 dist.destroy_process_group()
