@@ -115,25 +115,16 @@ def find_ui() -> tuple[Path, str]:
 
 
 def find_browser() -> str:
-    """Path of a Chromium-based browser: ``BROWSER_PATH``, the one scalescope's export uses
-    (``analysis.export.find_browser``), or the first on ``PATH``."""
+    """Path of a Chromium-based browser: the one scalescope's figure export uses
+    (:func:`analysis.export.find_browser`: ``BROWSER_PATH``, kaleido's, then ``PATH``)."""
+    from analysis.export import find_browser as _find
+
+    found = _find()
+    if found:
+        return found
     env = os.environ.get("BROWSER_PATH")
     if env:
-        if os.path.isfile(env) and os.access(env, os.X_OK):
-            return env
         raise PerfettoUnavailable(f"BROWSER_PATH={env} is not an executable file")
-    try:
-        from analysis.export import find_browser as _find
-
-        found = _find()
-        if found:
-            return found
-    except ImportError:
-        pass
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
     raise PerfettoUnavailable("no Chromium-based browser found (Debian: apt-get install chromium; "
                               "or set BROWSER_PATH)")
 
