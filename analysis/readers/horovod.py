@@ -35,7 +35,12 @@ Notes
   initialised (trace-relative). Timestamps are integer µs, so ns are exact.
 * E records carry no name: each E closes the innermost open B on its pid (a stack per pid).
   B records left open at the end (a killed job) and E records with nothing open are dropped
-  and counted in the file's one :class:`~analysis.errors.RecoveryWarning`. Matching runs
+  and counted in the file's one :class:`~analysis.errors.RecoveryWarning`. One exception,
+  not damage and not warned about: Horovod (0.28.1) writes an E for every barrier and join
+  response although it wrote no top-level B for it, so an E that arrives on a pid whose
+  last closed span was a ``NEGOTIATE_BARRIER``/``NEGOTIATE_JOIN`` closes nothing and is
+  skipped (every real timeline of a job that calls ``hvd.barrier()`` has them; Perfetto
+  drops them the same way). Matching runs
   chunk by chunk while the file streams, carrying only the B records still open into the
   next chunk, so a read holds the output rows and one chunk, not every record of the file;
   the result is the same as matching the whole file at once.
