@@ -181,6 +181,28 @@ def _frame(n: int, **cols: object) -> pd.DataFrame:
     return pd.DataFrame(out, index=pd.RangeIndex(n))
 
 
+def _gpu_activity(df: pd.DataFrame) -> dict[str, object]:
+    """The columns every CUPTI GPU activity row has (kernels, memcpy, memset)."""
+    return {
+        "pid": _pid(df["globalPid"]),
+        "device": pd.array(df["deviceId"], dtype="Int16"),
+        "stream": pd.array(df["streamId"], dtype="Int64"),
+        "start_ns": df["start"].to_numpy(np.int64),
+        "end_ns": df["end"].to_numpy(np.int64),
+        "correlation": pd.array(df["correlationId"], dtype="Int64"),
+    }
+
+
+def _host_call(df: pd.DataFrame) -> dict[str, object]:
+    """The columns every host-thread row has (CUDA API, OS runtime, MPI)."""
+    return {
+        "pid": _pid(df["globalTid"]),
+        "tid": _tid(df["globalTid"]),
+        "start_ns": df["start"].to_numpy(np.int64),
+        "end_ns": df["end"].to_numpy(np.int64),
+    }
+
+
 def _kernels(con, tables, strings, kernel_names) -> pd.DataFrame | None:
     t = "CUPTI_ACTIVITY_KIND_KERNEL"
     if t not in tables:
@@ -194,18 +216,7 @@ def _kernels(con, tables, strings, kernel_names) -> pd.DataFrame | None:
     names = ids.map(strings).fillna(ids.map(lambda i: f"<string {i}>"))
     short = df["shortName"].map(strings).fillna(names)
     kind = np.where([is_nccl_kernel(s) for s in short.astype(str)], "comm", "compute")
-    return _frame(
-        len(df),
-        pid=_pid(df["globalPid"]),
-        device=pd.array(df["deviceId"], dtype="Int16"),
-        stream=pd.array(df["streamId"], dtype="Int64"),
-        name=names.astype(object),
-        kind=kind,
-        cat="cuda_kernel",
-        start_ns=df["start"].to_numpy(np.int64),
-        end_ns=df["end"].to_numpy(np.int64),
-        correlation=pd.array(df["correlationId"], dtype="Int64"),
-    )
+    return _frame(len(df), **_gpu_activity(df), name=names.astype(object), kind=kind, cat="cuda_kernel")
 
 
 def _memcpy(con, tables) -> pd.DataFrame | None:
@@ -220,19 +231,8 @@ def _memcpy(con, tables) -> pd.DataFrame | None:
     if "ENUM_CUDA_MEMCPY_OPER" in tables:
         labels.update(dict(con.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER").fetchall()))
     names = df["copyKind"].map(lambda k: f"[CUDA memcpy {labels.get(k, f'kind {k}')}]")
-    return _frame(
-        len(df),
-        pid=_pid(df["globalPid"]),
-        device=pd.array(df["deviceId"], dtype="Int16"),
-        stream=pd.array(df["streamId"], dtype="Int64"),
-        name=names.astype(object),
-        kind="memcpy",
-        cat="cuda_memcpy",
-        start_ns=df["start"].to_numpy(np.int64),
-        end_ns=df["end"].to_numpy(np.int64),
-        bytes=pd.array(df["bytes"], dtype="Int64"),
-        correlation=pd.array(df["correlationId"], dtype="Int64"),
-    )
+    return _frame(len(df), **_gpu_activity(df), name=names.astype(object), kind="memcpy", cat="cuda_memcpy",
+                  bytes=pd.array(df["bytes"], dtype="Int64"))
 
 
 def _memset(con, tables) -> pd.DataFrame | None:
@@ -243,19 +243,8 @@ def _memset(con, tables) -> pd.DataFrame | None:
         con,
         f"SELECT {_cols(con, t, ['start', 'end', 'deviceId', 'streamId', 'correlationId', 'globalPid', 'bytes'])} FROM {t}",
     )
-    return _frame(
-        len(df),
-        pid=_pid(df["globalPid"]),
-        device=pd.array(df["deviceId"], dtype="Int16"),
-        stream=pd.array(df["streamId"], dtype="Int64"),
-        name="[CUDA memset]",
-        kind="memset",
-        cat="cuda_memset",
-        start_ns=df["start"].to_numpy(np.int64),
-        end_ns=df["end"].to_numpy(np.int64),
-        bytes=pd.array(df["bytes"], dtype="Int64"),
-        correlation=pd.array(df["correlationId"], dtype="Int64"),
-    )
+    return _frame(len(df), **_gpu_activity(df), name="[CUDA memset]", kind="memset", cat="cuda_memset",
+                  bytes=pd.array(df["bytes"], dtype="Int64"))
 
 
 def _runtime(con, tables, strings) -> pd.DataFrame | None:
@@ -269,17 +258,8 @@ def _runtime(con, tables, strings) -> pd.DataFrame | None:
     names = df["nameId"].map(strings).fillna(df["nameId"].map(lambda i: f"<string {i}>"))
     kind = np.where([is_sync_api(n) for n in names], "sync_wait", "runtime")
     cat = df["eventClass"].map({0: "cuda_runtime", 1: "cuda_driver"}).fillna("cuda_api")
-    return _frame(
-        len(df),
-        pid=_pid(df["globalTid"]),
-        tid=_tid(df["globalTid"]),
-        name=names.astype(object),
-        kind=kind,
-        cat=cat.astype(object),
-        start_ns=df["start"].to_numpy(np.int64),
-        end_ns=df["end"].to_numpy(np.int64),
-        correlation=pd.array(df["correlationId"], dtype="Int64"),
-    )
+    return _frame(len(df), **_host_call(df), name=names.astype(object), kind=kind, cat=cat.astype(object),
+                  correlation=pd.array(df["correlationId"], dtype="Int64"))
 
 
 def _osrt(con, tables, strings) -> pd.DataFrame | None:
@@ -288,16 +268,7 @@ def _osrt(con, tables, strings) -> pd.DataFrame | None:
         return None
     df = _q(con, f"SELECT {_cols(con, t, ['start', 'end', 'globalTid', 'nameId'])} FROM {t}")
     names = df["nameId"].map(strings).fillna(df["nameId"].map(lambda i: f"<string {i}>"))
-    return _frame(
-        len(df),
-        pid=_pid(df["globalTid"]),
-        tid=_tid(df["globalTid"]),
-        name=names.astype(object),
-        kind="runtime",
-        cat="osrt",
-        start_ns=df["start"].to_numpy(np.int64),
-        end_ns=df["end"].to_numpy(np.int64),
-    )
+    return _frame(len(df), **_host_call(df), name=names.astype(object), kind="runtime", cat="osrt")
 
 
 def _mpi(con, tables, strings) -> list[pd.DataFrame]:
@@ -313,17 +284,8 @@ def _mpi(con, tables, strings) -> list[pd.DataFrame]:
         df = _q(con, f"SELECT {_cols(con, t, wanted)} FROM {t}")
         names = df["textId"].map(strings).fillna(t)
         out.append(
-            _frame(
-                len(df),
-                pid=_pid(df["globalTid"]),
-                tid=_tid(df["globalTid"]),
-                name=names.astype(object),
-                kind="comm",
-                cat="mpi",
-                start_ns=df["start"].to_numpy(np.int64),
-                end_ns=df["end"].to_numpy(np.int64),
-                bytes=pd.array(df[size_col], dtype="Int64") if size_col else None,
-            )
+            _frame(len(df), **_host_call(df), name=names.astype(object), kind="comm", cat="mpi",
+                   bytes=pd.array(df[size_col], dtype="Int64") if size_col else None)
         )
     return out
 
