@@ -205,7 +205,10 @@ def _device(frame: pd.DataFrame) -> object:
     return pd.array(pd.to_numeric(num, errors="coerce"), dtype="Int16")
 
 
-def _keep_valid(frame: pd.DataFrame, start: pd.Series, path: Path, what: str) -> np.ndarray:
+def _valid_rows(frame: pd.DataFrame, path: Path, what: str) -> tuple[pd.DataFrame, pd.Series]:
+    """The rows with a parsable ``Start`` and those start times (ns); the rows dropped here
+    and those the CSV parse already dropped are counted in one warning."""
+    start = _required_times(frame, "Start")
     ok = start.notna().to_numpy()
     bad = int((~ok).sum()) + int(frame.attrs.get("bad_rows", 0))
     if bad:
@@ -215,13 +218,11 @@ def _keep_valid(frame: pd.DataFrame, start: pd.Series, path: Path, what: str) ->
             RecoveryWarning,
             stacklevel=4,
         )
-    return ok
+    return frame[ok].reset_index(drop=True), start[ok].reset_index(drop=True)
 
 
 def _gpu_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    start = _required_times(frame, "Start")
-    ok = _keep_valid(frame, start, path, "cuda_gpu_trace")
-    frame, start = frame[ok].reset_index(drop=True), start[ok].reset_index(drop=True)
+    frame, start = _valid_rows(frame, path, "cuda_gpu_trace")
     dur = _required_times(frame, "Duration").fillna(0)
     names, _ = _col(frame, "Name")
     names = names.fillna("").astype(str)
@@ -254,9 +255,7 @@ def _gpu_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def _api_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    start = _required_times(frame, "Start")
-    ok = _keep_valid(frame, start, path, "cuda_api_trace")
-    frame, start = frame[ok].reset_index(drop=True), start[ok].reset_index(drop=True)
+    frame, start = _valid_rows(frame, path, "cuda_api_trace")
     dur = _required_times(frame, "Duration").fillna(0)
     names, _ = _col(frame, "Name")
     names = names.fillna("").astype(str)
@@ -275,9 +274,7 @@ def _api_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def _nvtx_trace(frame: pd.DataFrame, path: Path, domains: Iterable[str]) -> pd.DataFrame:
-    start = _required_times(frame, "Start")
-    ok = _keep_valid(frame, start, path, "nvtx_pushpop_trace")
-    frame, start = frame[ok].reset_index(drop=True), start[ok].reset_index(drop=True)
+    frame, start = _valid_rows(frame, path, "nvtx_pushpop_trace")
     end = _times(frame, "End")
     dur = _times(frame, "Duration")
     if dur is None:
