@@ -26,9 +26,34 @@ from pathlib import Path
 from instrumentation._env import warn_once
 from instrumentation.clock import Anchor, fmt_us
 
-__all__ = ["FORMAT_VERSION", "TraceRecorder"]
+__all__ = ["FORMAT_VERSION", "TraceRecorder", "closed_status", "trace_path"]
 
 FORMAT_VERSION = 1
+#: Name of the metadata record a clean close writes last, before the closing ``]``.
+END_RECORD = "scalescope_end"
+
+
+def trace_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """The trace file of ``rank`` in a run directory: ``rank-NNNNN.trace.json``."""
+    return Path(run_dir) / f"rank-{rank:05d}.trace.json"
+
+
+def closed_status(path: str | os.PathLike[str]) -> str | None:
+    """The ``status`` a trace was closed with (``"ok"``, ``"killed"``, ...), read from its
+    last record; ``None`` when the file is missing, unreadable or not closed (the rank died)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
+            lines = fh.read().rstrip().splitlines()
+        if len(lines) < 2 or lines[-1].strip() != b"]":
+            return None
+        end = json.loads(lines[-2])
+        if end.get("name") != END_RECORD:
+            return None
+        status = end.get("args", {}).get("status")
+        return status if isinstance(status, str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 # Record tuple layout (kept flat for a cheap append):
 # (cat, name, t0_mono_ns, t1_mono_ns or None for an instant, tid, step, epoch, extra dict | None)
@@ -203,7 +228,7 @@ class TraceRecorder:
             self.closed = True
             if self._fh is None:
                 return
-            end = {"name": "scalescope_end", "ph": "M", "pid": self.rank, "tid": 0,
+            end = {"name": END_RECORD, "ph": "M", "pid": self.rank, "tid": 0,
                    "args": {"wall_ns": time.time_ns(), "status": status,
                             "n_events": self.n_written}}
             try:

@@ -28,7 +28,7 @@ from instrumentation import phases as _ph
 from instrumentation import torch_profiler as _tp
 from instrumentation._env import env_float, env_str, warn_once
 from instrumentation.clock import estimate_offsets, take_anchor
-from instrumentation.recorder import TraceRecorder
+from instrumentation.recorder import TraceRecorder, trace_path
 from instrumentation.sampler import Sampler, probe_nvml
 
 __all__ = ["Run", "current_run", "finish", "init", "sweep_config"]
@@ -351,7 +351,7 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
     S = _ph.S
     S.reset()
     run.recorder = TraceRecorder(
-        run.run_dir / f"rank-{run.rank:05d}.trace.json", rank=run.rank,
+        trace_path(run.run_dir, run.rank), rank=run.rank,
         local_rank=run.local_rank, host=run.host, anchor=anchor,
         flush_interval_s=min(float(flush_interval_s), 1.0),
     )

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from instrumentation.manifest import write_json_atomic
+from instrumentation.recorder import closed_status, trace_path
 
 __all__ = [
     "BACKENDS",
@@ -432,21 +433,8 @@ def _finished_before_exit(run_dir: Path, manifest: dict) -> bool:
     world = manifest.get("world_size")
     if not isinstance(world, int) or world < 1:
         return False
-    for rank in range(world):
-        trace = run_dir / f"rank-{rank:05d}.trace.json"
-        try:
-            with open(trace, "rb") as fh:
-                fh.seek(max(0, trace.stat().st_size - 4096))
-                lines = fh.read().rstrip().splitlines()
-            # closed by finish() with status ok (a rank stopped by SIGTERM closes "killed")
-            if len(lines) < 2 or lines[-1].strip() != b"]":
-                return False
-            end = json.loads(lines[-2])
-            if end.get("name") != "scalescope_end" or end.get("args", {}).get("status") != "ok":
-                return False
-        except (OSError, ValueError, AttributeError):
-            return False
-    return True
+    # closed by finish() with status ok (a rank stopped by SIGTERM closes "killed")
+    return all(closed_status(trace_path(run_dir, rank)) == "ok" for rank in range(world))
 
 
 # ---------------------------------------------------------------------------------------
