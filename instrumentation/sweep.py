@@ -426,14 +426,14 @@ def finalize_run(
 
 
 def _finished_before_exit(run_dir: Path, manifest: dict) -> bool:
-    """Did the training finish (rank 0's ``finish()`` wrote status ok and every rank's trace
-    is closed with its ``]``) before the process tree exited non-zero?"""
+    """Did the training finish (rank 0's ``finish()`` wrote status ok and every rank closed
+    its trace with status ok) before the process tree exited non-zero?"""
     if manifest.get("status") != "ok" or not manifest.get("end_time"):
         return False
     world = manifest.get("world_size")
     if not isinstance(world, int) or world < 1:
         return False
-    # closed by finish() with status ok (a rank stopped by SIGTERM closes "killed")
+    # a rank stopped by SIGTERM closes "killed"; one that died leaves its trace open
     return all(closed_status(trace_path(run_dir, rank)) == "ok" for rank in range(world))
 
 
