@@ -7,6 +7,8 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
+import pandas as pd
+
 from analysis.errors import ReadError, RecoveryWarning
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -75,3 +77,20 @@ def read_bytes(path: str | Path) -> bytes:
     if not out:
         raise ReadError(path, "gzip file decompresses to nothing")
     return out
+
+
+def keep_parsed(frame: pd.DataFrame, key: pd.Series, path: Path, *, detail: str, already_bad: int = 0,
+                stacklevel: int = 2) -> tuple[pd.DataFrame, pd.Series]:
+    """The rows of a text table whose ``key`` (time) column parsed, and those keys.
+
+    The rows dropped here, plus ``already_bad`` rows the parse itself dropped, are counted in
+    one :class:`RecoveryWarning`: ``"<path>: dropped N garbage row(s)<detail>; kept M"``.
+    ``stacklevel`` is that of the caller's own ``warnings.warn``.
+    """
+    ok = key.notna().to_numpy()
+    bad = already_bad + int((~ok).sum())
+    if bad:
+        warnings.warn(f"{path}: dropped {bad} garbage row(s){detail}; kept {int(ok.sum())}",
+                      RecoveryWarning, stacklevel=stacklevel + 1)
+    return frame[ok].reset_index(drop=True), key[ok].reset_index(drop=True)
+

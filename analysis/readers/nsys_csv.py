@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis._io import head, read_bytes
+from analysis._io import head, keep_parsed, read_bytes
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import default_run_id, register
 from analysis.readers._cupti import api_category, is_nccl_kernel, is_sync_api
@@ -208,17 +208,9 @@ def _device(frame: pd.DataFrame) -> object:
 def _valid_rows(frame: pd.DataFrame, path: Path, what: str) -> tuple[pd.DataFrame, pd.Series]:
     """The rows with a parsable ``Start`` and those start times (ns); the rows dropped here
     and those the CSV parse already dropped are counted in one warning."""
-    start = _required_times(frame, "Start")
-    ok = start.notna().to_numpy()
-    bad = int((~ok).sum()) + int(frame.attrs.get("bad_rows", 0))
-    if bad:
-        warnings.warn(
-            f"{path}: dropped {bad} garbage row(s) of the {what} table (wrong number of fields "
-            f"or no parsable Start); kept {int(ok.sum())}",
-            RecoveryWarning,
-            stacklevel=4,
-        )
-    return frame[ok].reset_index(drop=True), start[ok].reset_index(drop=True)
+    return keep_parsed(frame, _required_times(frame, "Start"), path, stacklevel=4,
+                       detail=f" of the {what} table (wrong number of fields or no parsable Start)",
+                       already_bad=int(frame.attrs.get("bad_rows", 0)))
 
 
 def _gpu_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:

@@ -37,7 +37,6 @@ import csv
 import datetime as dt
 import io
 import re
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,8 +44,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis._io import head, read_bytes
-from analysis.errors import ReadError, RecoveryWarning
+from analysis._io import head, keep_parsed, read_bytes
+from analysis.errors import ReadError
 from analysis.readers import default_run_id, register
 
 NAME = "nvml"
@@ -284,16 +283,8 @@ def read(
     bad = len(body) - len(good)
     frame = pd.DataFrame(good, columns=range(width), dtype=object)
     ts = _parse_ts(frame[ts_idx[0]], tz) if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
-    ok = ts.notna().to_numpy()
-    bad += int((~ok).sum())
-    if bad:
-        warnings.warn(
-            f"{path}: dropped {bad} garbage row(s) (wrong number of fields, repeated header or "
-            f"unparsable timestamp); kept {int(ok.sum())}",
-            RecoveryWarning,
-            stacklevel=2,
-        )
-    frame, ts = frame[ok].reset_index(drop=True), ts[ok].reset_index(drop=True)
+    frame, ts = keep_parsed(frame, ts, path, already_bad=bad,
+                            detail=" (wrong number of fields, repeated header or unparsable timestamp)")
     data: dict[str, object] = {}
     for i, (target, unit) in enumerate(targets):
         if target in (None, "ts") or target in data:

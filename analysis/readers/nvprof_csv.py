@@ -26,15 +26,14 @@ from __future__ import annotations
 import csv
 import io
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis._io import head, read_bytes
-from analysis.errors import ReadError, RecoveryWarning
+from analysis._io import head, keep_parsed, read_bytes
+from analysis.errors import ReadError
 from analysis.readers import default_run_id, register
 from analysis.readers._cupti import api_category, is_nccl_kernel, is_sync_api
 
@@ -129,16 +128,9 @@ def _trace_block(path, pid, header, units, rows, bad) -> pd.DataFrame:
         raise ReadError(path, f"unrecognised nvprof table, columns {header[:8]}")
     if unit.get("Start") not in TIME_UNITS or unit.get("Duration") not in TIME_UNITS:
         raise ReadError(path, f"Start/Duration units {unit.get('Start')!r}/{unit.get('Duration')!r} are not time units")
-    start = _convert(frame["Start"], unit["Start"], TIME_UNITS)
-    ok = start.notna().to_numpy()
-    if bad or not ok.all():
-        warnings.warn(
-            f"{path}: dropped {bad + int((~ok).sum())} garbage row(s) (wrong number of fields or "
-            f"unparsable Start); kept {int(ok.sum())}",
-            RecoveryWarning,
-            stacklevel=4,
-        )
-    frame, start = frame[ok].reset_index(drop=True), start[ok].reset_index(drop=True)
+    frame, start = keep_parsed(frame, _convert(frame["Start"], unit["Start"], TIME_UNITS), path,
+                               detail=" (wrong number of fields or unparsable Start)", already_bad=bad,
+                               stacklevel=4)
     dur = _convert(frame["Duration"], unit["Duration"], TIME_UNITS).fillna(0)
     names = frame["Name"].fillna("").astype(str)
     device = frame["Device"] if "Device" in frame else pd.Series([""] * len(frame))
