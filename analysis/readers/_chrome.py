@@ -793,19 +793,147 @@ def from_codes(codes: np.ndarray, categories: list):
     """A categorical from int codes (-1 = missing) and category values, unused ones dropped.
 
     The same as ``Categorical.from_codes(...).remove_unused_categories()``, in linear time
-    (a count per category instead of pandas' sort of the codes).
+    (a flag per category instead of pandas' sort of the codes) and in blocks, so the only
+    row-length array made is the result's narrow codes.
     """
+    codes = np.asarray(codes)
+    remap, kept = code_map(categories_used([codes], len(categories)), categories)
+    new = np.empty(codes.size, dtype=remap.dtype)
+    for b in row_blocks(codes.size):
+        new[b] = remap[codes[b] + 1]
+    return categorical(new, kept)
+
+
+def categorical(codes: np.ndarray, categories: list):
+    """A categorical of ``codes`` (already valid, -1 = missing) over object ``categories``."""
     import pandas as pd
 
-    codes = np.asarray(codes)
-    n_cat = len(categories)
-    shifted = codes.astype(np.int64) + 1  # 0 = missing
-    used = np.bincount(shifted, minlength=n_cat + 1)[1:] > 0
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object),
+                                     validate=False)
+
+
+# --------------------------------------------------------------------------------------
+# frame assembly in time order, with bounded temporaries
+#
+# The readers keep each chunk's rows as small per-column arrays ("pieces"), in storage
+# order. The frame wants its rows in time order. Instead of concatenating a column and
+# reordering it (two row-length copies at once, plus the permutation), each piece is
+# scattered straight to its output rows and freed; derived columns are computed piece by
+# piece or block by block. Beyond the frame's own columns, only one position per row
+# (int32) and a few blocks' temporaries exist at a time, so the peak stays the frame plus
+# a bounded buffer (benchmarks/README.md, "Memory at 1 GB").
+
+#: Rows per block in the loops that build a frame's columns: bounds their temporaries
+#: (a few MiB) whatever the row count.
+BLOCK_ROWS = 1 << 16
+#: Freed piece memory is given back to the OS (:func:`release_freed_memory`) after about
+#: this many bytes, so that it never piles up while the output columns grow.
+TRIM_BYTES = 8 << 20
+
+
+def row_blocks(n: int) -> Iterator[slice]:
+    """Slices of at most :data:`BLOCK_ROWS` rows covering ``range(n)``."""
+    step = BLOCK_ROWS
+    for i in range(0, n, step):
+        yield slice(i, min(i + step, n))
+
+
+def drain(*columns: list[np.ndarray]) -> Iterator[tuple[np.ndarray, ...]]:
+    """Yield the pieces of one or more piece lists in step (first to last), emptying them.
+
+    Each piece is forgotten once the caller's loop moves on, and freed memory is returned
+    to the OS every :data:`TRIM_BYTES`, so the pieces shrink as the outputs grow.
+    """
+    lists = [list(reversed(c)) for c in columns]
+    for c in columns:
+        c.clear()
+    freed = 0
+    while lists[0]:
+        items = tuple(lst.pop() for lst in lists)
+        size = sum(a.nbytes for a in items)
+        yield items
+        del items
+        freed += size
+        if freed >= TRIM_BYTES:
+            release_freed_memory()
+            freed = 0
+    release_freed_memory()
+
+
+def concat_pieces(pieces: list[np.ndarray], dtype) -> np.ndarray:
+    """One array from a piece list, freeing the pieces as they are copied."""
+    out = np.empty(sum(p.size for p in pieces), dtype=dtype)
+    at = 0
+    for (p,) in drain(pieces):
+        out[at : at + p.size] = p
+        at += p.size
+    return out
+
+
+def categories_used(pieces: list[np.ndarray], n_categories: int) -> np.ndarray:
+    """Which of ``n_categories`` categories the int codes in ``pieces`` use (-1: none)."""
+    used = np.zeros(n_categories + 1, dtype=bool)
+    for p in pieces:
+        for b in row_blocks(p.size):
+            used[p[b] + 1] = True
+    return used[1:]
+
+
+def code_map(used: np.ndarray, categories: list) -> tuple[np.ndarray, list]:
+    """``(remap, kept)``: the used categories, and a table from an old code + 1 (slot 0:
+    missing) to the new code among them, in the narrowest int type that holds it."""
     kept = [c for c, u in zip(categories, used.tolist(), strict=True) if u]
     small = np.int8 if len(kept) < 2**7 else np.int16 if len(kept) < 2**15 else np.int32
-    remap = np.full(n_cat + 1, -1, dtype=small)
+    remap = np.full(len(categories) + 1, -1, dtype=small)
     remap[1:][used] = np.arange(len(kept), dtype=small)
-    new = remap[shifted]
-    del shifted
-    return pd.Categorical.from_codes(new, categories=pd.Index(kept, dtype=object),
-                                     validate=False)
+    return remap, kept
+
+
+class TimeOrder:
+    """Where each stored row goes when the rows are put in time order (stable).
+
+    Built from the start times in storage order, which it **sorts in place**: that array
+    becomes the frame's start column. ``refine(order, sorted_start)``, if given, may
+    reorder tied rows of the permutation in place before it is inverted. Holds one int32
+    position per row (int64 beyond 2**31 rows).
+    """
+
+    def __init__(self, start: np.ndarray,
+                 refine: Callable[[np.ndarray, np.ndarray], None] | None = None) -> None:
+        n = start.size
+        order = np.argsort(start, kind="stable")
+        start.sort()
+        if refine is not None:
+            refine(order, start)
+        dtype = np.int32 if n < 2**31 else np.int64
+        pos = np.empty(n, dtype=dtype)
+        for b in row_blocks(n):
+            pos[order[b]] = np.arange(b.start, b.stop, dtype=dtype)
+        del order
+        release_freed_memory()
+        self.n = n
+        self.pos = pos
+
+    def rows(self, stored: np.ndarray) -> np.ndarray:
+        """Output rows of the stored rows ``stored`` (an index array)."""
+        return self.pos[stored]
+
+    def scatter(self, out: np.ndarray, values: Any, at: int, count: int | None = None) -> None:
+        """``out[rows of stored rows at .. at+count] = values`` (``count`` defaults to
+        ``len(values)``; a scalar needs it)."""
+        count = len(values) if count is None else count
+        out[self.pos[at : at + count]] = values
+
+    def column(self, pieces: list[np.ndarray], dtype) -> np.ndarray:
+        """A column in time order from its pieces in storage order (the list is emptied)."""
+        out = np.empty(self.n, dtype=dtype)
+        at = 0
+        for (p,) in drain(pieces):
+            self.scatter(out, p, at)
+            at += p.size
+        return out
+
+    def release(self) -> None:
+        """Forget the positions (call once every column is placed)."""
+        self.pos = np.zeros(0, dtype=self.pos.dtype)
+        release_freed_memory()

@@ -1,0 +1,111 @@
+"""Frame assembly in time order (``analysis.readers._chrome``: ``TimeOrder``, ``drain``,
+``from_codes``) and the Kineto reader built on it: the output must not depend on where
+the row blocks or the chunk pieces begin and end."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.readers import _chrome, kineto
+
+
+def _pieces(arr: np.ndarray, rng) -> list[np.ndarray]:
+    cuts = np.sort(rng.integers(0, arr.size + 1, size=5))
+    return [p.copy() for p in np.split(arr, cuts)]
+
+
+@pytest.mark.parametrize("block", [1, 3, 1 << 16])
+def test_time_order_places_rows_as_a_stable_sort(block, monkeypatch):
+    monkeypatch.setattr(_chrome, "BLOCK_ROWS", block)
+    rng = np.random.default_rng(block)
+    start = rng.integers(0, 20, size=101).astype(np.int64)  # many ties
+    expected_order = np.argsort(start, kind="stable")
+    values = rng.integers(-(2**40), 2**40, size=start.size)
+    seen = {}
+
+    def refine(order, sorted_start):
+        seen["sorted"] = sorted_start.copy()
+        np.testing.assert_array_equal(order, expected_order)
+
+    s = start.copy()
+    order = _chrome.TimeOrder(s, refine=refine)
+    np.testing.assert_array_equal(s, np.sort(start))
+    np.testing.assert_array_equal(seen["sorted"], np.sort(start))
+    pieces = _pieces(values, rng)
+    col = order.column(pieces, np.int64)
+    assert pieces == []  # emptied: each piece is freed once placed
+    np.testing.assert_array_equal(col, values[expected_order])
+    np.testing.assert_array_equal(order.rows(np.array([0, 50, 100])),
+                                  np.argsort(expected_order)[[0, 50, 100]])
+
+
+def test_refine_reorders_ties():
+    start = np.array([5, 1, 5, 5, 1], dtype=np.int64)
+
+    def reverse_ties(order, sorted_start):
+        lo, hi = np.searchsorted(sorted_start, [5, 6])
+        order[lo:hi] = order[lo:hi][::-1].copy()
+
+    order = _chrome.TimeOrder(start, refine=reverse_ties)
+    col = order.column([np.arange(5)], np.int64)
+    assert col.tolist() == [1, 4, 3, 2, 0]
+
+
+def test_drain_walks_lists_in_step_and_empties_them():
+    a = [np.arange(3), np.arange(2)]
+    b = [np.ones(3, bool), np.zeros(2, bool)]
+    got = [(x.size, y.size) for x, y in _chrome.drain(a, b)]
+    assert got == [(3, 3), (2, 2)] and a == [] and b == []
+    assert _chrome.concat_pieces([np.arange(2), np.arange(3)], np.int16).tolist() == [0, 1, 0, 1, 2]
+
+
+@pytest.mark.parametrize("block", [1, 4, 1 << 16])
+def test_from_codes_is_pandas_without_unused_categories(block, monkeypatch):
+    monkeypatch.setattr(_chrome, "BLOCK_ROWS", block)
+    rng = np.random.default_rng(block)
+    cats = [f"c{i}" for i in range(300)]  # more than int8 holds: int16 codes
+    codes = rng.choice(np.r_[-1, np.arange(0, 300, 2)], size=1000).astype(np.int32)
+    got = _chrome.from_codes(codes, cats)
+    expected = pd.Categorical.from_codes(
+        codes, categories=pd.Index(cats, dtype=object)).remove_unused_categories()
+    pd.testing.assert_extension_array_equal(got, expected)
+    assert got.codes.dtype == np.int16
+
+
+def _kineto_files(data_dir):
+    files = sorted((data_dir / "kineto").glob("*.json*"))
+    corpus_dir = data_dir.parents[2] / "shared" / "corpus"  # used when present
+    if corpus_dir.is_dir():
+        # GPU traces: kernels, copies, NCCL, correlation steps, streams (by args and by tid)
+        files += [corpus_dir / "kineto" / n for n in (
+            "hta__nccl_data.json.gz", "hta__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+            "hta__negative_queue_length_rank0.json.gz",
+            "param_dlrm_8rank/worker0_step_12.1694128201545.pt.trace.json")]
+    return [f for f in files if f.exists()]
+
+
+def _read(f):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        df = kineto.read(f)
+    return df, [str(x.message) for x in w]
+
+
+@pytest.mark.parametrize("block", [1, 7])
+def test_kineto_frame_does_not_depend_on_row_blocks(block, data_dir, monkeypatch):
+    files = _kineto_files(data_dir)
+    longest = 0
+    for f in files:
+        expected, w_expected = _read(f)
+        longest = max(longest, len(expected))
+        monkeypatch.setattr(_chrome, "BLOCK_ROWS", block)
+        monkeypatch.setattr(_chrome, "BLOCK_BYTES", 4096)  # many small pieces too
+        got, w_got = _read(f)
+        monkeypatch.undo()
+        pd.testing.assert_frame_equal(expected, got, obj=f"{f.name}, {block}-row blocks")
+        assert w_expected == w_got, f.name
+    assert longest > 2 * block  # several blocks
