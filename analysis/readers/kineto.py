@@ -408,19 +408,15 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     return df
 
 
-def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
-    out = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-    parts.clear()  # the chunks are freed as soon as the column exists
-    _chrome.release_freed_memory()
-    return out
-
-
 def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.DataFrame:
-    """The frame from the accumulated column chunks.
+    """The frame from the accumulated column pieces.
 
-    Memory: each column is concatenated from its chunks (which are freed), put in time
-    order and handed to the frame without a further copy; only a few row-length temporaries
-    exist at a time.
+    Memory: the start times are put in time order in place (:class:`_chrome.TimeOrder`,
+    which keeps one int32 output row per stored row); every other column is written
+    piece by piece straight to its output rows while its pieces are freed, and the values
+    derived from several columns (kind, step, device, stream) are computed piece by piece
+    or in blocks of rows. So the peak is the frame plus a bounded buffer, whatever the
+    file size (benchmarks/README.md, "Memory at 1 GB").
     """
     damage = state.damage
     if state.skipped_unknown:
@@ -428,6 +424,7 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         damage.notes.append(f"events of unsupported phases were skipped ({desc})")
     c = state.cols
     n = state.n
+    blocks = list(_chrome.row_blocks(n))
 
     base = 0
     host = None
@@ -439,165 +436,149 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         host = h if isinstance(h, str) else None
     rank = _rank_from(meta, path)
 
-    ts = _concat(c["ts"], np.int64)
-    order = np.argsort(ts, kind="stable")  # the same order as start = ts + base
-    dur = _concat(c["dur"], np.int64)
-    if (dur < 0).any():
-        damage.notes.append(f"{int((dur < 0).sum())} event(s) with a negative duration got 0")
-        np.maximum(dur, 0, out=dur)
-    inst = _concat(c["inst"], bool)
-    dur[inst] = 0
+    start = _chrome.concat_pieces(c["ts"], np.int64)
+    order = _chrome.TimeOrder(start)  # sorts start in place: the same order as ts + base
+    if base:
+        start += base
 
-    name_codes = (np.concatenate(state.name.codes) if state.name.codes
-                  else np.zeros(0, dtype=np.int32))
-    state.name.codes = []
-    cat_codes = (np.concatenate(state.cat.codes) if state.cat.codes
-                 else np.zeros(0, dtype=np.int32))
-    state.cat.codes = []
+    # names, categories and kinds, from the pieces; flags by the source's codes (their
+    # trailing slot serves code -1: no category, or no name once "<unnamed>" is appended)
     names = [str(x) for x in state.name.index]
-    cat_values = list(state.cat.index)
-    cats = [str(x).lower() for x in cat_values]
-    if name_codes.size and (name_codes < 0).any():
-        # an event with no name: keep it, named by its category
-        missing = name_codes < 0
-        damage_note = int(missing.sum())
+    name_used = _chrome.categories_used(state.name.codes, len(names))
+    n_unnamed = sum(int((p < 0).sum()) for p in state.name.codes)
+    if n_unnamed:  # an event with no name: kept, named by a category of its own
         names.append("<unnamed>")
-        name_codes[missing] = len(names) - 1
-        damage.notes.append(f"{damage_note} event(s) had no name and are named '<unnamed>'")
+        name_used = np.append(name_used, True)
+        damage.notes.append(f"{n_unnamed} event(s) had no name and are named '<unnamed>'")
+    name_remap, kept_names = _chrome.code_map(name_used, names)
+    if n_unnamed:
+        name_remap[0] = name_remap[-1]  # code -1 -> "<unnamed>"
+    cat_values = list(state.cat.index)
+    cat_remap, kept_cats = _chrome.code_map(
+        _chrome.categories_used(state.cat.codes, len(cat_values)), cat_values)
+    cats = [str(x).lower() for x in cat_values]
 
-    # per-category flags (indexed by code, with a trailing slot for code -1)
     kind_names = list(KINDS)
     kind_code = {k: i for i, k in enumerate(kind_names)}
     cat_kind = np.array([kind_code[_CAT_KIND.get(x, "other")] for x in cats]
                         + [kind_code["cpu_op"]], dtype=np.int8)  # no category: legacy op
-    cat_gpu = np.array([x in _GPU_CATS for x in cats] + [False], dtype=bool)
     cat_kernel = np.array([x == "kernel" for x in cats] + [False], dtype=bool)
     cat_host_op = np.array([x in ("cpu_op", "operator", "user_annotation") for x in cats]
                            + [False], dtype=bool)
     cat_annot = np.array([x in ("user_annotation", "cpu_op", "operator") for x in cats]
                          + [False], dtype=bool)
-    cat_runtime = np.array([_CAT_KIND.get(x) == "runtime" for x in cats] + [False], dtype=bool)
-    # per-name flags
     nm_nccl = np.array([x.lower().startswith("nccl") for x in names], dtype=bool)
     nm_host_coll = np.array([bool(_HOST_COLLECTIVE.match(x)) for x in names], dtype=bool)
-    step_of_name = np.array([int(m.group(1)) if (m := _STEP.match(x)) else -1 for x in names],
-                            dtype=np.int64)
     nm_data = np.array([bool(_DATALOADER.match(x)) for x in names], dtype=bool)
+    collective = (np.sort(_chrome.concat_pieces(state.collective_rows, np.int64))
+                  if state.collective_rows else np.zeros(0, dtype=np.int64))
 
-    is_gpu = cat_gpu[cat_codes]
-    kind = cat_kind[cat_codes]
-    if n:
-        collective = np.zeros(n, dtype=bool)
-        if state.collective_rows:
-            collective[_concat(state.collective_rows, np.int64)] = True
-        kind[cat_kernel[cat_codes] & (nm_nccl[name_codes] | collective)] = kind_code["comm"]
-        del collective
-        kind[cat_host_op[cat_codes] & nm_host_coll[name_codes]] = kind_code["comm"]
-        kind[cat_annot[cat_codes] & nm_data[name_codes]] = kind_code["data"]
-        kind[inst] = kind_code["marker"]
-    del inst
+    name_codes = np.empty(n, dtype=name_remap.dtype)
+    cat_codes = np.empty(n, dtype=cat_remap.dtype)
+    kind = np.empty(n, dtype=np.int8)
+    dur = np.empty(n, dtype=np.int64)
+    negative = 0
+    at = 0
+    for nm, ct, ins, d in _chrome.drain(state.name.codes, state.cat.codes, c["inst"], c["dur"]):
+        k = cat_kind[ct]
+        is_coll = nm_nccl[nm]
+        lo, hi = np.searchsorted(collective, [at, at + nm.size])
+        if hi > lo:
+            is_coll[collective[lo:hi] - at] = True
+        k[cat_kernel[ct] & is_coll] = kind_code["comm"]
+        k[cat_host_op[ct] & nm_host_coll[nm]] = kind_code["comm"]
+        k[cat_annot[ct] & nm_data[nm]] = kind_code["data"]
+        k[ins] = kind_code["marker"]
+        neg = d < 0
+        if neg.any():
+            negative += int(neg.sum())
+            d = np.maximum(d, 0)
+        if ins.any():
+            d = np.where(ins, 0, d)
+        order.scatter(kind, k, at)
+        order.scatter(name_codes, name_remap[nm + 1], at)
+        order.scatter(cat_codes, cat_remap[ct + 1], at)
+        order.scatter(dur, d, at)
+        at += nm.size
+    del collective
+    if negative:
+        damage.notes.append(f"{negative} event(s) with a negative duration got 0")
 
-    # steps
-    corr = _concat(c["corr"], np.int64)
-    corr_na = _concat(c["corr_na"], bool)
-    step = np.zeros(n, dtype=np.int64)
-    step_na = np.ones(n, dtype=bool)
-    if n:
-        row_step = step_of_name[name_codes]
-        is_step = (row_step >= 0) & ~is_gpu
-        if is_step.any():
-            s_start = ts[is_step]
-            s_end = s_start + dur[is_step]
-            s_n = row_step[is_step]
-            o = np.argsort(s_start, kind="stable")
-            s_start, s_end, s_n = s_start[o], s_end[o], s_n[o]
-            j = np.searchsorted(s_start, ts, side="right") - 1
-            jc = np.maximum(j, 0)
-            inside = ~is_gpu & (j >= 0) & (ts < s_end[jc])
-            step[inside] = s_n[jc[inside]]
-            step_na[inside] = False
-            del j, jc
-            rt = cat_runtime[cat_codes] & ~corr_na & inside
-            if rt.any():
-                idx = pd.Index(corr[rt])
-                rsteps = step[rt]
-                keep = ~idx.duplicated()
-                idx, rsteps = idx[keep], rsteps[keep]
-                g = is_gpu & ~corr_na
-                pos = idx.get_indexer(corr[g])
-                gi = np.flatnonzero(g)
-                hit = pos >= 0
-                step[gi[hit]] = rsteps[pos[hit]]
-                step_na[gi[hit]] = False
-        gstep = (row_step >= 0) & is_gpu
-        step[gstep] = row_step[gstep]
-        step_na[gstep] = False
-        del row_step, is_step, gstep
+    # flags by output codes (trailing slot: code -1)
+    kept_lower = [str(x).lower() for x in kept_cats]
+    gpu_of = np.array([x in _GPU_CATS for x in kept_lower] + [False], dtype=bool)
+    runtime_of = np.array([_CAT_KIND.get(x) == "runtime" for x in kept_lower] + [False],
+                          dtype=bool)
+    step_of = np.array([int(m.group(1)) if (m := _STEP.match(x)) else -1 for x in kept_names]
+                       + [-1], dtype=np.int64)
 
-    def final(values: np.ndarray, mask: np.ndarray, dtype: str, column: str):
-        return _chrome.masked(values, mask, dtype, take=order, damage=damage, column=column)
+    corr = order.column(c["corr"], np.int64)
+    corr_na = order.column(c["corr_na"], bool)
+    step, step_na = _steps(blocks, start, dur, name_codes, cat_codes, corr, corr_na,
+                           gpu_of, runtime_of, step_of, damage)
 
-    step_col = final(step, step_na, "Int32", "step")
-    del step, step_na
-    corr_col = final(corr, corr_na, "Int64", "correlation")
-    del corr, corr_na
-    start = ts[order]
-    del ts
-    if base:
-        start += base
-    dur = dur[order]
-
-    # bytes
+    # bytes: record_shapes sizes first, then the explicit counts (later ones win)
     nbytes = np.zeros(n, dtype=np.int64)
     nbytes_na = np.ones(n, dtype=bool)
     for row, dims, types in state.shape_rows:
         b = _shape_bytes(dims, types)
         if b is not None and _I64_MIN <= b <= _I64_MAX:
-            nbytes[row] = b
-            nbytes_na[row] = False
+            p = order.rows(np.array([row]))
+            nbytes[p] = b
+            nbytes_na[p] = False
     if state.sparse_rows:
-        rows = _concat(state.sparse_rows, np.int64)
-        nbytes[rows] = _concat(state.sparse_vals, np.int64)
+        rows = order.rows(_chrome.concat_pieces(state.sparse_rows, np.int64))
+        nbytes[rows] = _chrome.concat_pieces(state.sparse_vals, np.int64)
         nbytes_na[rows] = False
         del rows
-    bytes_col = final(nbytes, nbytes_na, "Int64", "bytes")
-    del nbytes, nbytes_na
 
     # ids: GPU rows carry device (pid) and stream; host rows pid/tid
-    pid = _concat(c["pid"], np.int64)
-    pid_na = _concat(c["pid_na"], bool)
-    device_col = final(np.where(is_gpu, pid, 0), ~is_gpu | pid_na, "Int16", "device")
-    pid_col = final(pid, pid_na | is_gpu, "Int64", "pid")
-    del pid, pid_na
-    tid = _concat(c["tid"], np.int64)
-    tid_na = _concat(c["tid_na"], bool)
-    stream = _concat(c["stream"], np.int64)
-    stream_na = _concat(c["stream_na"], bool)
-    stream_val = np.where(stream_na, tid, stream)
-    del stream
-    stream_na2 = stream_na & tid_na
-    for row, text in state.stream_tid_text:
+    pid = order.column(c["pid"], np.int64)
+    pid_na = order.column(c["pid_na"], bool)
+    device = np.zeros(n, dtype=np.int16)
+    device_na = np.empty(n, dtype=bool)
+    wide = 0
+    info = np.iinfo(np.int16)
+    for b in blocks:
+        gpu = gpu_of[cat_codes[b]]
+        v = pid[b]
+        present = gpu & ~pid_na[b]
+        bad = present & ((v < info.min) | (v > info.max))
+        if bad.any():
+            wide += int(bad.sum())
+            present &= ~bad
+        device[b] = np.where(present, v, 0)
+        device_na[b] = ~present
+        pid_na[b] |= gpu
+    if wide:
+        damage.notes.append(f"{wide} device value(s) outside Int16's range were set missing")
+    tid = order.column(c["tid"], np.int64)
+    tid_na = order.column(c["tid_na"], bool)
+    stream = order.column(c["stream"], np.int64)
+    stream_na = order.column(c["stream_na"], bool)
+    for row, text in state.stream_tid_text:  # GPU rows on a "stream 7" track
         m = _STREAM_TID.match(text)
-        if m and is_gpu[row] and stream_na[row]:
-            stream_val[row] = int(m.group(1))
-            stream_na2[row] = False
-    del stream_na
-    stream_na2 |= ~is_gpu
-    stream_col = final(stream_val, stream_na2, "Int64", "stream")
-    del stream_val, stream_na2
-    tid_col = final(tid, tid_na | is_gpu, "Int64", "tid")
-    del tid, tid_na, is_gpu
+        p = int(order.rows(np.array([row]))[0])
+        if m and gpu_of[cat_codes[p]] and stream_na[p]:
+            stream[p] = int(m.group(1))
+            stream_na[p] = False
+    for b in blocks:
+        gpu = gpu_of[cat_codes[b]]
+        sn = stream_na[b]
+        stream[b] = np.where(sn, tid[b], stream[b])  # no args.stream: the tid
+        stream_na[b] = (sn & tid_na[b]) | ~gpu
+        tid_na[b] |= gpu
+    order.release()
 
-    name_arr = _chrome.from_codes(name_codes[order], names)
-    del name_codes
-    cat_arr = _chrome.from_codes(cat_codes[order], cat_values)
-    del cat_codes
-    kind_arr = _chrome.from_codes(kind[order], kind_names)
-    del kind
-    if n:
-        # categories in alphabetical order, as pd.Categorical(strings) gives
-        kind_arr = kind_arr.reorder_categories(pd.Index(sorted(kind_arr.categories),
-                                                        dtype=object))
+    used_kinds = _chrome.categories_used([kind], len(kind_names))
+    kept_kinds = sorted(k for k, u in zip(kind_names, used_kinds.tolist(), strict=True) if u)
+    # categories in alphabetical order, as pd.Categorical(strings) gives
+    kind_remap = np.full(len(kind_names), -1, dtype=np.int8)
+    for i, k in enumerate(kept_kinds):
+        kind_remap[kind_code[k]] = i
+    for b in blocks:
+        kind[b] = kind_remap[kind[b]]
+
     return make_events(
         n,
         copy=False,
@@ -606,22 +587,100 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
                                     np.full(n, rank is None)),
         local_rank=_chrome.na_int(n, "Int32"),
         host=_chrome.const_category(host, n),
-        pid=pid_col,
-        tid=tid_col,
-        device=device_col,
-        stream=stream_col,
-        name=name_arr,
-        kind=kind_arr,
-        cat=cat_arr,
+        pid=pd.arrays.IntegerArray(pid, pid_na),
+        tid=pd.arrays.IntegerArray(tid, tid_na),
+        device=pd.arrays.IntegerArray(device, device_na),
+        stream=pd.arrays.IntegerArray(stream, stream_na),
+        name=_chrome.categorical(name_codes, kept_names),
+        kind=_chrome.categorical(kind, kept_kinds),
+        cat=_chrome.categorical(cat_codes, kept_cats),
         start_ns=start,
         dur_ns=dur,
-        step=step_col,
+        step=pd.arrays.IntegerArray(step, step_na),
         epoch=_chrome.na_int(n, "Int32"),
-        bytes=bytes_col,
+        bytes=pd.arrays.IntegerArray(nbytes, nbytes_na),
         tensor=_chrome.const_category(None, n),
-        correlation=corr_col,
+        correlation=pd.arrays.IntegerArray(corr, corr_na),
         source=_chrome.const_category(NAME, n),
     )
+
+
+def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: np.ndarray,
+           cat_codes: np.ndarray, corr: np.ndarray, corr_na: np.ndarray, gpu_of: np.ndarray,
+           runtime_of: np.ndarray, step_of: np.ndarray, damage: _chrome.Damage,
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``step`` column (int32 values, missing-mask) of rows in time order.
+
+    Host rows inside a ``ProfilerStep#N`` range (the latest one begun at or before the row,
+    on any thread) get N; GPU rows get the step of the earliest runtime call with the same
+    correlation id; ``ProfilerStep#N`` rows on the GPU get N from their name. A step number
+    beyond Int32 is missing, with a note.
+    """
+    n = start.size
+    step = np.zeros(n, dtype=np.int32)
+    step_na = np.ones(n, dtype=bool)
+    lo32, hi32 = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    wide = 0
+
+    def put(b: slice, where: np.ndarray, values: np.ndarray) -> None:
+        nonlocal wide
+        ok = (values >= lo32) & (values <= hi32)
+        if not ok.all():
+            wide += int((~ok).sum())
+            where, values = where[ok], values[ok]
+        step[b][where] = values
+        step_na[b][where] = False
+
+    # the ProfilerStep ranges on the host, already in time order
+    s_start, s_end, s_n = [], [], []
+    for b in blocks:
+        sn = step_of[name_codes[b]]
+        is_step = (sn >= 0) & ~gpu_of[cat_codes[b]]
+        if is_step.any():
+            s_start.append(start[b][is_step])
+            s_end.append(start[b][is_step] + dur[b][is_step])
+            s_n.append(sn[is_step])
+    if s_start:
+        s_start_a, s_end_a, s_n_a = (np.concatenate(x) for x in (s_start, s_end, s_n))
+        for b in blocks:
+            t = start[b]
+            j = np.searchsorted(s_start_a, t, side="right") - 1
+            jc = np.maximum(j, 0)
+            inside = ~gpu_of[cat_codes[b]] & (j >= 0) & (t < s_end_a[jc])
+            where = np.flatnonzero(inside)
+            put(b, where, s_n_a[jc[where]])
+        # GPU rows: the step of the runtime call that launched them (by correlation id)
+        rt_corr, rt_step = [], []
+        for b in blocks:
+            rt = runtime_of[cat_codes[b]] & ~corr_na[b] & ~step_na[b]
+            if rt.any():
+                rt_corr.append(corr[b][rt])
+                rt_step.append(step[b][rt])
+        if rt_corr:
+            keys = np.concatenate(rt_corr)
+            vals = np.concatenate(rt_step)
+            del rt_corr, rt_step
+            o = np.argsort(keys, kind="stable")
+            keys, vals = keys[o], vals[o]
+            first = np.ones(keys.size, dtype=bool)
+            first[1:] = keys[1:] != keys[:-1]
+            keys, vals = keys[first], vals[first]
+            for b in blocks:
+                g = np.flatnonzero(gpu_of[cat_codes[b]] & ~corr_na[b])
+                if not g.size:
+                    continue
+                cv = corr[b][g]
+                pos = np.minimum(np.searchsorted(keys, cv), keys.size - 1)
+                hit = keys[pos] == cv
+                put(b, g[hit], vals[pos[hit]].astype(np.int64))
+    for b in blocks:  # ProfilerStep rows on the GPU: N from the name
+        sn = step_of[name_codes[b]]
+        where = np.flatnonzero((sn >= 0) & gpu_of[cat_codes[b]])
+        if where.size:
+            put(b, where, sn[where])
+    if wide:
+        damage.notes.append(f"{wide} step value(s) outside Int32's range were set missing")
+    return step, step_na
 
 
 register(
