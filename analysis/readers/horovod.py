@@ -517,7 +517,8 @@ class _Stream:
             cand_pid = np.concatenate([comb_pid[b_pos[m]], comb_pid[o], kept[1][k]])
             cand_name = np.concatenate([comb_name[b_pos[m]], comb_name[o], kept[3][k]])
             enc = _enclosing(base + ti, pid[ti], cand_b, cand_e, cand_pid)
-            tname = np.where(enc >= 0, cand_name[np.maximum(enc, 0)], _NEG_TICK)
+            tname = (np.where(enc >= 0, cand_name[np.maximum(enc, 0)], _NEG_TICK)
+                     if cand_name.size else np.full(ti.size, _NEG_TICK))  # no negotiation
             self._emit("ticks", name=tname.astype(np.int32), rank=xr[is_tick], start=ts_ns[ti],
                        pid=pid[ti].astype(np.int32))
         if oi.size:
@@ -665,8 +666,8 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     return df
 
 
-def _build(st: _Stream, run_id: str) -> pd.DataFrame:
-    """The frame from the accumulated rows: one column at a time, each chunk list freed."""
+def _damage_notes(st: _Stream) -> None:
+    """Describe in the file's warning what the streaming state dropped or repaired."""
     damage = st.damage
     if st.big_pid:
         damage.notes.append("pid values beyond 2**31 were treated as missing")
@@ -691,9 +692,111 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
                             f"{sorted(st.bad_ph_names)} were skipped")
     if st.missing_ts:
         damage.notes.append(f"{st.missing_ts} record(s) without a ts were dropped")
+
+
+def _blocks(pieces: list[np.ndarray]):
+    """``(storage offset within the list, block of a piece)`` over a piece list, in order."""
+    at = 0
+    for p in pieces:
+        for b in _chrome.row_blocks(p.size):
+            yield at + b.start, p[b]
+        at += p.size
+
+
+def _late_spans(rec: list[np.ndarray]) -> np.ndarray:
+    """Storage indices of the spans whose B record comes before that of an earlier-stored
+    span (carried over chunks, so stored late): every inversion of B order involves one."""
+    out = []
+    top = np.int64(-1)  # running max of the record numbers stored so far
+    for at, x in _blocks(rec):
+        cm = np.maximum.accumulate(x)
+        np.maximum(cm, top, out=cm)
+        prev = np.empty_like(cm)
+        prev[0] = top
+        prev[1:] = cm[:-1]
+        late = np.flatnonzero(x < prev)
+        if late.size:
+            out.append(at + late)
+        top = cm[-1]
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+class _TieOrder:
+    """Puts tied spans in B-record order: ``refine`` for :class:`_chrome.TimeOrder`.
+
+    The stable sort by start leaves tied rows in storage order: spans, ticks, other X,
+    instants. Among tied spans that is B order unless a late span (:func:`_late_spans`) is
+    among them, so only the tie runs at the start times of late spans are re-sorted, by
+    (span first, B record for spans, storage index otherwise). Holds the record numbers of
+    the spans starting at those times only.
+    """
+
+    def __init__(self, rec: list[np.ndarray], start: np.ndarray, n_spans: int) -> None:
+        late = _late_spans(rec)
+        self.times = np.unique(start[late]) if late.size else None
+        del late
+        self.n_spans = n_spans
+        idx, val = [], []
+        if self.times is not None:
+            times = self.times
+            for at, x in _blocks(rec):
+                v = start[at : at + x.size]
+                k = np.minimum(np.searchsorted(times, v), times.size - 1)
+                hit = np.flatnonzero(times[k] == v)
+                if hit.size:
+                    idx.append(at + hit)
+                    val.append(x[hit])
+        rec.clear()
+        _chrome.release_freed_memory()
+        self.idx = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)  # ascending
+        self.rec = np.concatenate(val) if val else np.zeros(0, dtype=np.int64)
+
+    def __call__(self, order: np.ndarray, sorted_start: np.ndarray) -> None:
+        if self.times is None:
+            return
+        lo = np.searchsorted(sorted_start, self.times, "left")
+        hi = np.searchsorted(sorted_start, self.times, "right")
+        keep = hi - lo > 1
+        lo, lens = lo[keep], (hi - lo)[keep]
+        ends = np.cumsum(lens)
+        i = 0
+        while i < lo.size:  # a batch of runs of about BLOCK_ROWS rows in all
+            j = int(np.searchsorted(ends, ends[i] - lens[i] + _chrome.BLOCK_ROWS, "right"))
+            j = max(j, i + 1)
+            ln = lens[i:j]
+            seg = np.repeat(np.arange(ln.size), ln)
+            first = np.cumsum(ln) - ln
+            at = np.arange(int(ln.sum())) - np.repeat(first - lo[i:j], ln)
+            idx = order[at]
+            other = idx >= self.n_spans
+            sec = idx.copy()
+            span = ~other
+            sec[span] = self.rec[np.searchsorted(self.idx, idx[span])]
+            order[at] = idx[np.lexsort((sec, other, seg))]
+            i = j
+
+
+def _build(st: _Stream, run_id: str) -> pd.DataFrame:
+    """The frame from the accumulated rows (per-chunk pieces of each column).
+
+    Memory stays the frame plus a bounded buffer: the start times are gathered in storage
+    order and sorted in place (:class:`_chrome.TimeOrder`, which keeps one int32 output
+    position per row); every other column is allocated once in time order and each piece is
+    scattered to its rows, its derived values (kind, cat, narrowed name and tensor codes)
+    computed block by block (:data:`_chrome.BLOCK_ROWS`), and freed as it goes
+    (:func:`_chrome.drain`), so pieces shrink while the columns grow. The one transient of
+    row length, the sort's int64 permutation, exists before any other column is built, and
+    the tie fix-up (:class:`_TieOrder`) works in batches of :data:`_chrome.BLOCK_ROWS` rows.
+
+    The row order: by start, ties in the order spans (by their B record: a span carried
+    over chunks is stored late), ticks, other X, instants; the same order as reading the
+    whole file at once.
+    """
+    _damage_notes(st)
     offset_ns = st.epoch_us * 1000 if st.epoch_us is not None else 0
 
     cats = st.cats
+    n_cats = len(cats)
     kind_names = list(KINDS)
     K = {k: np.int8(i) for i, k in enumerate(kind_names)}
     # per-name-category properties; the extra last slot serves code -1 (no name)
@@ -707,99 +810,113 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
     rows = st.rows
     sizes = {g: sum(a.size for a in rows[g]["start"]) for g in _GROUPS}
     n = sum(sizes.values())
-    bounds = np.cumsum([0] + [sizes[g] for g in _GROUPS]).tolist()
-    seg = {g: slice(bounds[i], bounds[i + 1]) for i, g in enumerate(_GROUPS)}
+    first = dict(zip(_GROUPS, np.cumsum([0] + [sizes[g] for g in _GROUPS])[:-1].tolist(),
+                     strict=True))  # storage offset of each group
+    n_spans = sizes["spans"]
 
-    def parts(group: str, col: str) -> np.ndarray:
-        lst = rows[group].pop(col)
-        arr = np.concatenate(lst) if lst else np.zeros(0, dtype=_GROUPS[group][col])
-        lst.clear()
-        _chrome.release_freed_memory()
-        return arr
-
-    def col(name: str, dtype, **fill) -> np.ndarray:
-        """One column over all rows as stored: spans, ticks, other X, instants."""
-        out = np.empty(n, dtype=dtype)
-        for g in _GROUPS:
-            out[seg[g]] = fill[g] if g in fill else parts(g, name)
-        return out
-
-    # Row order: by start, ties in the order spans (by their B record: a span carried over
-    # chunks is stored late), ticks, other X, instants; the same order as reading the whole
-    # file at once.
-    span_rec = parts("spans", "rec")
-    start = col("start", np.int64)
-    if span_rec.size > 1 and (span_rec[1:] < span_rec[:-1]).any():
-        arr = np.arange(n)
-        arr[seg["spans"]] = np.argsort(span_rec, kind="stable")
-        del span_rec
-        order = arr[np.argsort(start[arr], kind="stable")]
-        del arr
-    else:
-        del span_rec
-        order = np.argsort(start, kind="stable")
-    start = start[order]
+    # start times in storage order (spans, ticks, other X, instants), then in time order
+    start = np.empty(n, dtype=np.int64)
+    for g in _GROUPS:
+        at = first[g]
+        for (p,) in _chrome.drain(rows[g].pop("start")):
+            start[at : at + p.size] = p
+            at += p.size
+    ties = _TieOrder(rows["spans"].pop("rec"), start, n_spans)
+    order = _chrome.TimeOrder(start, refine=ties)
+    del ties
     if offset_ns:
         start += offset_ns
 
-    def final(arr: np.ndarray) -> np.ndarray:
-        return arr[order]
+    def blocks(group: str, *cols: str):
+        """``(stored row, block of each column)`` over a group's pieces, freeing them."""
+        at = first[group]
+        for ps in _chrome.drain(*(rows[group].pop(c) for c in cols)):
+            for b in _chrome.row_blocks(ps[0].size):
+                yield (at + b.start, *(p[b] for p in ps))
+            at += ps[0].size
 
-    dur = final(col("dur", np.int64, ticks=0, other=0, inst=0))
-    # name codes; a tick outside any negotiation is "NEGOTIATE", an unnamed record "<unnamed>"
-    span_name = parts("spans", "name")
-    other_name = parts("other", "name")
-    inst_name = parts("inst", "name")
-    top = parts("spans", "top")
-    span_neg = neg_of[span_name]
-    span_cat = np.where(span_neg, CN, np.where(top, CO, CA)).astype(np.int8)
-    span_kind = np.where(span_neg, K["negotiate"],
-                         np.where(top, K["comm"], act_kind_of[span_name])).astype(np.int8)
-    del top, span_neg
-    kind = final(col("kind", np.int8, spans=span_kind, ticks=K["marker"],
-                     other=act_kind_of[other_name], inst=K["marker"]))
-    cat = final(col("cat", np.int8, spans=span_cat, ticks=CR, other=CA,
-                    inst=np.where(cycle_of[inst_name], CC, CI).astype(np.int8)))
-    del span_kind, span_cat
-    name = final(col("name", np.int32, spans=span_name, other=other_name, inst=inst_name))
-    del span_name, other_name, inst_name
-    cats_out = [*cats, "NEGOTIATE"]
-    name[name == _NEG_TICK] = len(cats)
-    if (name < 0).any():
-        cats_out.append("<unnamed>")
-        name[name < 0] = len(cats_out) - 1
-    rank = final(col("rank", np.int32, spans=0, other=0, inst=0))
-    nbytes = np.zeros(n, dtype=np.int64)
+    def fill(out: np.ndarray, group: str, value) -> None:
+        order.scatter(out, value, first[group], sizes[group])
+
+    dur = np.empty(n, dtype=np.int64)
+    for at, d in blocks("spans", "dur"):
+        order.scatter(dur, d, at)
+    for g in ("ticks", "other", "inst"):
+        fill(dur, g, 0)
+
+    # name codes; a tick outside any negotiation is "NEGOTIATE", an unnamed record
+    # "<unnamed>": code c is looked up at c + 2 (slot 0: _NEG_TICK, slot 1: -1)
+    seen = np.zeros(n_cats + 2, dtype=bool)
+    for g in _GROUPS:
+        for _, x in _blocks(rows[g]["name"]):
+            seen[x + 2] = True
+    remap, names_kept = _chrome.code_map(np.concatenate([seen[2:], seen[:2]]),
+                                         [*cats, "NEGOTIATE", "<unnamed>"])
+    name_of = np.concatenate([remap[n_cats + 1 :], remap[1 : n_cats + 1]])
+    del seen, remap
+    name = np.empty(n, dtype=name_of.dtype)
+    kind = np.empty(n, dtype=np.int8)
+    cat = np.empty(n, dtype=np.int8)
+    for at, x, top in blocks("spans", "name", "top"):
+        neg = neg_of[x]
+        order.scatter(name, name_of[x + 2], at)
+        order.scatter(kind, np.where(neg, K["negotiate"],
+                                     np.where(top, K["comm"], act_kind_of[x])), at)
+        order.scatter(cat, np.where(neg, CN, np.where(top, CO, CA)), at)
+    for at, x in blocks("ticks", "name"):
+        order.scatter(name, name_of[x + 2], at)
+    fill(kind, "ticks", K["marker"])
+    fill(cat, "ticks", CR)
+    for at, x in blocks("other", "name"):
+        order.scatter(name, name_of[x + 2], at)
+        order.scatter(kind, act_kind_of[x], at)
+    fill(cat, "other", CA)
+    for at, x in blocks("inst", "name"):
+        order.scatter(name, name_of[x + 2], at)
+        order.scatter(cat, np.where(cycle_of[x], CC, CI), at)
+    fill(kind, "inst", K["marker"])
+    name = _chrome.categorical(name, names_kept)
+    kind = _small_categorical(kind, kind_names)
+    cat = _small_categorical(cat, cat_names)
+
+    rank = np.empty(n, dtype=np.int32)
+    for at, r in blocks("ticks", "rank"):
+        order.scatter(rank, r, at)
+    for g in ("spans", "other", "inst"):
+        fill(rank, g, 0)
+
+    # payloads: st.bytes_at are span numbers, and spans come first in storage order
+    nbytes = _chrome.lazy_zeros(n, np.int64)
     nbytes_na = np.ones(n, dtype=bool)
-    if st.bytes_at:
-        at = np.concatenate(st.bytes_at)  # spans come first in storage order
-        nbytes[at] = np.concatenate(st.bytes_val)
-        nbytes_na[at] = False
-        del at
+    for at_p, val_p in _chrome.drain(st.bytes_at, st.bytes_val):
+        for b in _chrome.row_blocks(at_p.size):
+            r = order.rows(at_p[b])
+            nbytes[r] = val_p[b]
+            nbytes_na[r] = False
     st.bytes_at = st.bytes_val = []
-    nbytes, nbytes_na = final(nbytes), final(nbytes_na)
-    pid = final(col("pid", np.int32))
 
     # tensor names by pid
-    tcodes = np.full(n, -1, dtype=np.int32)
-    tensor_cats: list[str] = []
+    tensor = None
     if st.tensors:
-        keys = np.array(list(st.tensors), dtype=np.int64)
-        tcodes_of_key, uniq = pd.factorize(np.array(list(st.tensors.values()), dtype=object))
-        tensor_cats = list(uniq)
-        ok = pid >= 0
-        if keys.min() >= 0 and keys.max() < max(4 * n, 1 << 16):
-            # tensor pids are small integers: a lookup table beats a search per row
-            table = np.full(int(keys.max()) + 2, -1, dtype=np.int32)
-            table[keys] = tcodes_of_key
-            tcodes = table[np.where(ok, np.minimum(pid, table.size - 1), table.size - 1)]
-        else:
-            korder = np.argsort(keys)
-            sk = keys[korder]
-            where = np.minimum(np.searchsorted(sk, pid), sk.size - 1)
-            found = (sk[where] == pid) & ok
-            tcodes[found] = tcodes_of_key[korder[where[found]]]
-    del pid
+        tcode = _TensorLookup(st.tensors)
+        tensor_cats = tcode.categories
+        used = np.zeros(len(tensor_cats) + 1, dtype=bool)
+        for g in _GROUPS:
+            for _, p in _blocks(rows[g]["pid"]):
+                used[tcode(p) + 1] = True
+        remap, tensors_kept = _chrome.code_map(used[1:], tensor_cats)
+        del used
+        codes = np.empty(n, dtype=remap.dtype)
+        for g in _GROUPS:
+            for at, p in blocks(g, "pid"):
+                order.scatter(codes, remap[tcode(p) + 1], at)
+        tensor = _chrome.categorical(codes, tensors_kept)
+        del codes, remap
+    for g in _GROUPS:
+        rows[g].clear()
+    order.release()
+    if tensor is None:
+        tensor = _chrome.const_category(None, n)
 
     return make_events(
         n,
@@ -812,18 +929,61 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
         tid=_chrome.na_int(n, "Int64"),
         device=_chrome.na_int(n, "Int16"),
         stream=_chrome.na_int(n, "Int64"),
-        name=_chrome.from_codes(name, cats_out),
-        kind=_chrome.from_codes(kind, kind_names),
-        cat=_chrome.from_codes(cat, cat_names),
+        name=name,
+        kind=kind,
+        cat=cat,
         start_ns=start,
         dur_ns=dur,
         step=_chrome.na_int(n, "Int32"),
         epoch=_chrome.na_int(n, "Int32"),
         bytes=pd.arrays.IntegerArray(nbytes, nbytes_na),
-        tensor=_chrome.from_codes(tcodes, tensor_cats),
+        tensor=tensor,
         correlation=_chrome.na_int(n, "Int64"),
         source=_chrome.const_category(NAME, n),
     )
+
+
+def _small_categorical(codes: np.ndarray, categories: list):
+    """A categorical of int8 ``codes`` into a small vocabulary, unused categories dropped;
+    the codes are renumbered in place."""
+    remap, kept = _chrome.code_map(_chrome.categories_used([codes], len(categories)),
+                                   categories)
+    for b in _chrome.row_blocks(codes.size):
+        codes[b] = remap[codes[b] + 1]
+    return _chrome.categorical(codes, kept)
+
+
+#: Largest tensor pid served by a lookup table (4 MiB) rather than a search.
+_TABLE_MAX = 1 << 20
+
+
+class _TensorLookup:
+    """Tensor code (into :attr:`categories`, -1: none) of int pids, via ``st.tensors``."""
+
+    def __init__(self, tensors: dict[int, str]) -> None:
+        keys = np.array(list(tensors), dtype=np.int64)
+        codes, uniq = pd.factorize(np.array(list(tensors.values()), dtype=object))
+        self.categories = list(uniq)
+        self.table = None
+        if keys.min() >= 0 and keys.max() < _TABLE_MAX:
+            # tensor pids are small integers: a lookup table beats a search per row
+            self.table = np.full(int(keys.max()) + 2, -1, dtype=np.int32)
+            self.table[keys] = codes
+        else:
+            korder = np.argsort(keys)
+            self.keys = keys[korder]
+            self.codes = np.asarray(codes)[korder].astype(np.int32)
+
+    def __call__(self, pid: np.ndarray) -> np.ndarray:
+        ok = pid >= 0
+        if self.table is not None:
+            last = self.table.size - 1
+            return self.table[np.where(ok, np.minimum(pid, last), last)]
+        out = np.full(pid.size, -1, dtype=np.int32)
+        where = np.minimum(np.searchsorted(self.keys, pid), self.keys.size - 1)
+        found = (self.keys[where] == pid) & ok
+        out[found] = self.codes[where[found]]
+        return out
 
 
 def dedupe_fused(df: pd.DataFrame) -> pd.DataFrame:
