@@ -21,7 +21,11 @@ and the largest peak RSS are reported, because the benchmark machine may be shar
 
 Memory columns: *peak RSS / file* is the process' ``ru_maxrss`` (interpreter and imports,
 about 140 MiB, included) over the file size; *growth / file* subtracts the RSS measured after
-the imports; *frame* is ``DataFrame.memory_usage(deep=True)`` of the result.
+the imports; *frame* is ``DataFrame.memory_usage(deep=True)`` of the result; *held* is the
+RSS growth with the result alive after the read (what the frame really occupies: values of
+all-missing columns that nothing wrote are not resident), and *excess* = peak RSS minus
+that: the transient memory of the read beyond its result, the "bounded buffer" of the
+target.
 
 Usage::
 
@@ -264,6 +268,8 @@ elif method == "baseline":
 elapsed = time.perf_counter() - t
 if method in ("ours", "cached"):
     extra["frame_mib"] = float(df.memory_usage(deep=True).sum()) / 2**20
+    import analysis.readers._chrome as _chrome
+    _chrome.release_freed_memory()  # what the heap still holds of freed temporaries
     extra["after_mib"] = current_mib()  # resident with the frame alive
 print(json.dumps({"s": elapsed, "rows": rows, "peak_mib": rss_mib(), "base_mib": base, **extra}))
 """
@@ -343,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                     r = dict(min(ok, key=lambda x: x["s"]))
                     r["worst_s"] = max(x["s"] for x in ok)
                     r["peak_mib"] = max(x["peak_mib"] for x in ok)
+                    if all("after_mib" in x for x in ok):
+                        r["excess_mib"] = max(x["peak_mib"] - x["after_mib"] for x in ok)
                     if "first_s" in r:
                         r["first_s"] = min(x["first_s"] for x in ok)
                         r["first_worst_s"] = max(x["first_s"] for x in ok)
@@ -354,17 +362,20 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("peak RSS / file = peak RSS of the process (interpreter and imports included) / file "
           "size;\ngrowth / file = (peak RSS - RSS after imports) / file size; frame = "
-          "DataFrame.memory_usage(deep=True) of the result.\n")
+          "DataFrame.memory_usage(deep=True) of the result; held = RSS growth with the frame "
+          "alive after the read\n(what the frame really occupies: never-written all-missing "
+          "columns are not resident); excess = peak RSS - that RSS,\nthe largest over the "
+          "runs: the transient memory of the read beyond its result.\n")
     print("| file | method | time (s) | MB/s | rows | peak RSS (MiB) | peak RSS / file | "
-          "growth / file | frame (MiB) | vs floor | vs HTA |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "growth / file | frame (MiB) | held (MiB) | excess (MiB) | vs floor | vs HTA |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for fmt, size, results in rows:
         floor = results.get("floor", {}).get("s")
         hta = results.get("hta", {}).get("s")
         for method, r in results.items():
             if "error" in r:
                 print(f"| {fmt} {size / 1e6:.0f} MB | {method} | error: {r['error'][:60]} "
-                      "| | | | | | | | |")
+                      "| | | | | | | | | | |")
                 continue
             mbps = size / 1e6 / r["s"]
             label = {"ours": "ours (tidy frame)", "json": "json + pandas.DataFrame",
@@ -376,13 +387,16 @@ def main(argv: list[str] | None = None) -> int:
             total = f"{r['peak_mib'] * 2**20 / size:.2f}"
             growth = f"{(r['peak_mib'] - r['base_mib']) * 2**20 / size:.2f}"
             frame = f"{r['frame_mib']:.0f}" if "frame_mib" in r else ""
+            held = f"{r['after_mib'] - r['base_mib']:.0f}" if "after_mib" in r else ""
+            excess = f"{r['excess_mib']:.0f}" if "excess_mib" in r else ""
             spread = f" ({r['worst_s']:.2f})" if r.get("worst_s", r["s"]) > r["s"] else ""
             print(f"| {fmt} {size / 1e6:.0f} MB | {label} | {r['s']:.2f}{spread} | {mbps:.0f} | "
-                  f"{r['rows']:,} | {rss} | {total} | {growth} | {frame} | {vs_floor} | {vs_hta} |")
+                  f"{r['rows']:,} | {rss} | {total} | {growth} | {frame} | {held} | {excess} | "
+                  f"{vs_floor} | {vs_hta} |")
             if method == "cached":
                 print(f"| {fmt} {size / 1e6:.0f} MB | analysis.read, first load (writes cache) | "
                       f"{r['first_s']:.2f} ({r.get('first_worst_s', r['first_s']):.2f}) | "
-                      f"{size / 1e6 / r['first_s']:.0f} | | | | | | | "
+                      f"{size / 1e6 / r['first_s']:.0f} | | | | | | | | | "
                       f"re-load {r['first_s'] / r['s']:.1f}x faster |")
     return 0
 

@@ -48,8 +48,8 @@ without it -> sum over the tensor inputs of prod(``Input Dims``) x sizeof(``Inpu
 when ``record_shapes`` was on; copies and sets -> ``args.bytes``.
 
 ``step``: host rows inside a ``ProfilerStep#N`` range (by time, on any thread) get N; GPU
-rows get the step of the runtime call with the same correlation id; ``ProfilerStep#N``
-rows on the GPU get N from their name.
+rows get the step of the runtime call with the same correlation id (the earliest, should
+two share one); ``ProfilerStep#N`` rows on the GPU get N from their name.
 
 Time: ``start_ns`` = ``baseTimeNanoseconds`` + round(ts x 1000) when the trace has a base
 (Kineto >= 2024), else round(ts x 1000) (older traces: ts is epoch µs). ``displayTimeUnit``
