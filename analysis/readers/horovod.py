@@ -251,32 +251,14 @@ def match_spans(is_b: np.ndarray, is_e: np.ndarray, pid: np.ndarray,
 
 
 def _match_spans_loop(is_b, is_e, pid, benign_after=None):
-    """Reference stack matcher (used when an E arrives with nothing open on its pid)."""
-    stacks: dict[int, list[int]] = {}
-    last_closed: dict[int, int] = {}
-    bs, es, lv = [], [], []
-    bad_e = 0
-    for i in np.flatnonzero(is_b | is_e).tolist():
-        p = int(pid[i])
-        st = stacks.setdefault(p, [])
-        if is_b[i]:
-            st.append(i)
-        elif st:
-            lv.append(len(st))
-            b = st.pop()
-            bs.append(b)
-            es.append(i)
-            last_closed[p] = b
-        elif benign_after is not None and p in last_closed and benign_after[last_closed.pop(p)]:
-            continue  # Horovod's stray E after a barrier/join negotiation: not damage
-        else:
-            bad_e += 1
-    open_b = sum(len(s) for s in stacks.values())
-    b = np.array(bs, dtype=np.int64)
-    e = np.array(es, dtype=np.int64)
-    lev = np.array(lv, dtype=np.int64)
-    o = np.argsort(b, kind="stable")
-    return b[o], e[o], lev[o], open_b, bad_e
+    """Reference stack matcher (used when an E arrives with nothing open on its pid):
+    :func:`_match_loop_compact` over the B/E records, with :func:`match_spans`'s result."""
+    idx = np.flatnonzero(is_b | is_e)
+    benign = (np.asarray(benign_after)[idx] if benign_after is not None
+              else np.zeros(idx.size, dtype=bool))
+    b_pos, e_pos, level, open_pos, bad_e = _match_loop_compact(is_b[idx], pid[idx], benign,
+                                                               set())
+    return idx[b_pos], idx[e_pos], level, open_pos.size, bad_e
 
 
 def _match_loop_compact(is_b: np.ndarray, pid: np.ndarray, benign: np.ndarray,
