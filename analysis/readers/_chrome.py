@@ -663,10 +663,10 @@ def masked(values: np.ndarray, mask: np.ndarray, dtype: str, take: np.ndarray | 
     """A pandas nullable integer array from values and a missing-mask, optionally reordered
     (``values[take]``).
 
-    Values are narrowed to ``dtype`` *before* the reorder, so the temporaries are of the
-    narrow type. A present value that does not fit ``dtype`` becomes missing, counted in
-    ``damage`` (a warning) rather than wrapped around as a plain cast (or pandas' ``astype``)
-    would do silently.
+    Values are narrowed to ``dtype`` in blocks *before* the reorder, so the only row-length
+    arrays made are of the narrow type. A present value that does not fit ``dtype`` becomes
+    missing, counted in ``damage`` (a warning) rather than wrapped around as a plain cast
+    (or pandas' ``astype``) would do silently.
     """
     import pandas as pd
 
@@ -675,14 +675,19 @@ def masked(values: np.ndarray, mask: np.ndarray, dtype: str, take: np.ndarray | 
     np_dtype = np.dtype(_NP_INT[dtype])
     if values.dtype != np_dtype and values.size:
         info = np.iinfo(np_dtype)
-        bad = ((values < info.min) | (values > info.max)) & ~mask
-        if bad.any():
-            mask = mask | bad
-            if damage is not None:
-                damage.notes.append(f"{int(bad.sum())} {column or 'integer'} value(s) outside "
-                                    f"{dtype}'s range were set missing")
-        del bad
-        values = values.astype(np_dtype)  # masked slots may wrap: they are missing
+        narrow = np.empty(values.size, dtype=np_dtype)
+        narrow_mask = np.empty(values.size, dtype=bool)
+        n_bad = 0
+        for b in row_blocks(values.size):
+            v, m = values[b], mask[b]
+            bad = ((v < info.min) | (v > info.max)) & ~m
+            n_bad += int(bad.sum())
+            narrow_mask[b] = m | bad
+            narrow[b] = v  # masked slots may wrap: they are missing
+        if n_bad and damage is not None:
+            damage.notes.append(f"{n_bad} {column or 'integer'} value(s) outside "
+                                f"{dtype}'s range were set missing")
+        values, mask = narrow, narrow_mask
     if take is not None:
         values, mask = values[take], mask[take]
     return pd.arrays.IntegerArray(values, mask)
@@ -821,7 +826,7 @@ def categorical(codes: np.ndarray, categories: list):
 # scattered straight to its output rows and freed; derived columns are computed piece by
 # piece or block by block. Beyond the frame's own columns, only one position per row
 # (int32) and a few blocks' temporaries exist at a time, so the peak stays the frame plus
-# a bounded buffer (benchmarks/README.md, "Memory at 1 GB").
+# a bounded buffer (benchmarks/README.md, "Memory at 1 GB and beyond").
 
 #: Rows per block in the loops that build a frame's columns: bounds their temporaries
 #: (a few MiB) whatever the row count.

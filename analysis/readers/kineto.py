@@ -416,7 +416,7 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
     piece by piece straight to its output rows while its pieces are freed, and the values
     derived from several columns (kind, step, device, stream) are computed piece by piece
     or in blocks of rows. So the peak is the frame plus a bounded buffer, whatever the
-    file size (benchmarks/README.md, "Memory at 1 GB").
+    file size (benchmarks/README.md, "Memory at 1 GB and beyond").
     """
     damage = state.damage
     if state.skipped_unknown:
@@ -535,23 +535,13 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
     # ids: GPU rows carry device (pid) and stream; host rows pid/tid
     pid = order.column(c["pid"], np.int64)
     pid_na = order.column(c["pid_na"], bool)
-    device = np.zeros(n, dtype=np.int16)
     device_na = np.empty(n, dtype=bool)
-    wide = 0
-    info = np.iinfo(np.int16)
     for b in blocks:
         gpu = gpu_of[cat_codes[b]]
-        v = pid[b]
-        present = gpu & ~pid_na[b]
-        bad = present & ((v < info.min) | (v > info.max))
-        if bad.any():
-            wide += int(bad.sum())
-            present &= ~bad
-        device[b] = np.where(present, v, 0)
-        device_na[b] = ~present
+        device_na[b] = ~gpu | pid_na[b]
         pid_na[b] |= gpu
-    if wide:
-        damage.notes.append(f"{wide} device value(s) outside Int16's range were set missing")
+    device = _chrome.masked(pid, device_na, "Int16", damage=damage, column="device")
+    del device_na
     tid = order.column(c["tid"], np.int64)
     tid_na = order.column(c["tid_na"], bool)
     stream = order.column(c["stream"], np.int64)
@@ -589,7 +579,7 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         host=_chrome.const_category(host, n),
         pid=pd.arrays.IntegerArray(pid, pid_na),
         tid=pd.arrays.IntegerArray(tid, tid_na),
-        device=pd.arrays.IntegerArray(device, device_na),
+        device=device,
         stream=pd.arrays.IntegerArray(stream, stream_na),
         name=_chrome.categorical(name_codes, kept_names),
         kind=_chrome.categorical(kind, kept_kinds),
