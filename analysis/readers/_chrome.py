@@ -794,16 +794,18 @@ def na_int(n: int, dtype: str):
     return pd.arrays.IntegerArray(lazy_zeros(n, _NP_INT[dtype]), np.ones(n, dtype=bool))
 
 
-def from_codes(codes: np.ndarray, categories: list):
+def from_codes(codes: np.ndarray, categories: list, *, inplace: bool = False):
     """A categorical from int codes (-1 = missing) and category values, unused ones dropped.
 
     The same as ``Categorical.from_codes(...).remove_unused_categories()``, in linear time
     (a flag per category instead of pandas' sort of the codes) and in blocks, so the only
-    row-length array made is the result's narrow codes.
+    row-length array made is the result's narrow codes. With ``inplace``, codes already of
+    that narrow type are renumbered in place (the caller gives up the array) and no
+    row-length array is made at all.
     """
     codes = np.asarray(codes)
     remap, kept = code_map(categories_used([codes], len(categories)), categories)
-    new = np.empty(codes.size, dtype=remap.dtype)
+    new = codes if inplace and codes.dtype == remap.dtype else np.empty(codes.size, remap.dtype)
     for b in row_blocks(codes.size):
         new[b] = remap[codes[b] + 1]
     return categorical(new, kept)

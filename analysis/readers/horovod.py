@@ -797,12 +797,7 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
     n_spans = sizes["spans"]
 
     # start times in storage order (spans, ticks, other X, instants), then in time order
-    start = np.empty(n, dtype=np.int64)
-    for g in _GROUPS:
-        at = first[g]
-        for (p,) in _chrome.drain(rows[g].pop("start")):
-            start[at : at + p.size] = p
-            at += p.size
+    start = _chrome.concat_pieces([p for g in _GROUPS for p in rows[g].pop("start")], np.int64)
     ties = _TieOrder(rows["spans"].pop("rec"), start, n_spans)
     order = _chrome.TimeOrder(start, refine=ties)
     del ties
@@ -858,8 +853,8 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
         order.scatter(cat, np.where(cycle_of[x], CC, CI), at)
     fill(kind, "inst", K["marker"])
     name = _chrome.categorical(name, names_kept)
-    kind = _small_categorical(kind, kind_names)
-    cat = _small_categorical(cat, cat_names)
+    kind = _chrome.from_codes(kind, kind_names, inplace=True)
+    cat = _chrome.from_codes(cat, cat_names, inplace=True)
 
     rank = np.empty(n, dtype=np.int32)
     for at, r in blocks("ticks", "rank"):
@@ -923,16 +918,6 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
         correlation=_chrome.na_int(n, "Int64"),
         source=_chrome.const_category(NAME, n),
     )
-
-
-def _small_categorical(codes: np.ndarray, categories: list):
-    """A categorical of int8 ``codes`` into a small vocabulary, unused categories dropped;
-    the codes are renumbered in place."""
-    remap, kept = _chrome.code_map(_chrome.categories_used([codes], len(categories)),
-                                   categories)
-    for b in _chrome.row_blocks(codes.size):
-        codes[b] = remap[codes[b] + 1]
-    return _chrome.categorical(codes, kept)
 
 
 #: Largest tensor pid served by a lookup table (4 MiB) rather than a search.
