@@ -1,8 +1,12 @@
 """A tiny Horovod program for the set-up tests: every rank contributes rank+1 and checks the
-allreduced sum and average, then prints one line the test parses."""
+allreduced sum and average, then writes its result to `<out_dir>/rank<N>.json` (argv[1]).
+
+A file per rank, not a line on stdout: mpirun forwards each rank's output in chunks, and two
+ranks' lines can arrive joined on one line (`RESULT {...}[1,1]<stdout>:RESULT {...}`)."""
 
 import json
 import sys
+from pathlib import Path
 
 import horovod.torch as hvd
 import torch
@@ -17,7 +21,8 @@ for i in range(5):  # several steps so the timeline has repeated ALLREDUCE activ
     a = hvd.allreduce(t, op=hvd.Average, name=f"avg_{i}")
     ok = bool(torch.all(s == expected_sum)) and bool(torch.allclose(a, torch.full_like(a, expected_sum / size)))
     results[i] = ok
-print("RESULT " + json.dumps({"rank": rank, "size": size, "ok": all(results.values()),
-                              "sum": float(s[0]), "expected": expected_sum}), flush=True)
+out = Path(sys.argv[1]) / f"rank{rank}.json"
+out.write_text(json.dumps({"rank": rank, "size": size, "ok": all(results.values()),
+                           "sum": float(s[0]), "expected": expected_sum}))
 hvd.shutdown()
 sys.exit(0 if all(results.values()) else 3)

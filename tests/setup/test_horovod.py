@@ -49,11 +49,13 @@ def _run(controller: str, tmp_path: Path) -> tuple[list[dict], Path]:
     timeline = tmp_path / f"timeline_{controller}.json"
     env = _env()
     env["HOROVOD_TIMELINE"] = str(timeline)
+    out_dir = tmp_path / f"results_{controller}"
+    out_dir.mkdir()
     cmd = [str(HOROVODRUN), "-np", "2", "-H", "localhost:2", f"--{controller}",
-           sys.executable, str(HERE / "allreduce_prog.py")]
+           sys.executable, str(HERE / "allreduce_prog.py"), str(out_dir)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
     assert p.returncode == 0, f"horovodrun --{controller} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    results = [json.loads(m) for m in re.findall(r"RESULT (\{.*\})", p.stdout)]
+    results = [json.loads(f.read_text()) for f in sorted(out_dir.glob("rank*.json"))]
     return results, timeline
 
 
