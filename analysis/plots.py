@@ -516,12 +516,13 @@ def plot_timeline(events: pd.DataFrame, *, steps: Sequence[int] | None = None, m
     if steps is None:
         all_steps = sorted(ph["step"].dropna().unique())
         steps = all_steps[1:1 + max_steps] if len(all_steps) > max_steps else all_steps[:max_steps]
-    shown = ph[ph["step"].isin(list(steps))]
+    chosen = set(steps)
+    shown = ph[ph["step"].isin(chosen)]
     t0, t1 = int(shown["start_ns"].min()), int((shown["start_ns"] + shown["dur_ns"]).max())
     ev = events[(events["start_ns"] < t1) & (events["start_ns"] + events["dur_ns"] > t0)]
     rows = []
     for r in ev.itertuples(index=False):
-        if r.kind == "phase" and (r.name == "epoch" or r.step not in set(steps)):
+        if r.kind == "phase" and (r.name == "epoch" or r.step not in chosen):
             continue  # only the chosen steps' phases; comm records by time
         if r.kind == "phase":
             lane = f"rank {r.rank}" if r.name != "step" else f"rank {r.rank} step"
