@@ -658,15 +658,14 @@ def int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     return arr, mask
 
 
-def masked(values: np.ndarray, mask: np.ndarray, dtype: str, take: np.ndarray | None = None,
-           *, damage: Damage | None = None, column: str = "") -> Any:
-    """A pandas nullable integer array from values and a missing-mask, optionally reordered
-    (``values[take]``).
+def masked(values: np.ndarray, mask: np.ndarray, dtype: str, *, damage: Damage | None = None,
+           column: str = "") -> Any:
+    """A pandas nullable integer array from values and a missing-mask.
 
-    Values are narrowed to ``dtype`` in blocks *before* the reorder, so the only row-length
-    arrays made are of the narrow type. A present value that does not fit ``dtype`` becomes
-    missing, counted in ``damage`` (a warning) rather than wrapped around as a plain cast
-    (or pandas' ``astype``) would do silently.
+    Values are narrowed to ``dtype`` in blocks, so the only row-length arrays made are of
+    the narrow type. A present value that does not fit ``dtype`` becomes missing, counted
+    in ``damage`` (a warning) rather than wrapped around as a plain cast (or pandas'
+    ``astype``) would do silently.
     """
     import pandas as pd
 
@@ -688,8 +687,6 @@ def masked(values: np.ndarray, mask: np.ndarray, dtype: str, take: np.ndarray | 
             damage.notes.append(f"{n_bad} {column or 'integer'} value(s) outside "
                                 f"{dtype}'s range were set missing")
         values, mask = narrow, narrow_mask
-    if take is not None:
-        values, mask = values[take], mask[take]
     return pd.arrays.IntegerArray(values, mask)
 
 
