@@ -458,7 +458,7 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         _chrome.categories_used(state.cat.codes, len(cat_values)), cat_values)
     cats = [str(x).lower() for x in cat_values]
 
-    kind_names = list(KINDS)
+    kind_names = sorted(KINDS)  # alphabetical, as pd.Categorical(strings) orders them
     kind_code = {k: i for i, k in enumerate(kind_names)}
     cat_kind = np.array([kind_code[_CAT_KIND.get(x, "other")] for x in cats]
                         + [kind_code["cpu_op"]], dtype=np.int8)  # no category: legacy op
@@ -520,12 +520,18 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
     # bytes: record_shapes sizes first, then the explicit counts (later ones win)
     nbytes = np.zeros(n, dtype=np.int64)
     nbytes_na = np.ones(n, dtype=bool)
+    shaped, shape_bytes = [], []
     for row, dims, types in state.shape_rows:
         b = _shape_bytes(dims, types)
         if b is not None and _I64_MIN <= b <= _I64_MAX:
-            p = order.rows(np.array([row]))
-            nbytes[p] = b
-            nbytes_na[p] = False
+            shaped.append(row)
+            shape_bytes.append(b)
+    if shaped:
+        rows = order.rows(np.array(shaped, dtype=np.int64))
+        nbytes[rows] = shape_bytes
+        nbytes_na[rows] = False
+        del rows
+    del shaped, shape_bytes
     if state.sparse_rows:
         rows = order.rows(_chrome.concat_pieces(state.sparse_rows, np.int64))
         nbytes[rows] = _chrome.concat_pieces(state.sparse_vals, np.int64)
@@ -546,12 +552,15 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
     tid_na = order.column(c["tid_na"], bool)
     stream = order.column(c["stream"], np.int64)
     stream_na = order.column(c["stream_na"], bool)
-    for row, text in state.stream_tid_text:  # GPU rows on a "stream 7" track
-        m = _STREAM_TID.match(text)
-        p = int(order.rows(np.array([row]))[0])
-        if m and gpu_of[cat_codes[p]] and stream_na[p]:
-            stream[p] = int(m.group(1))
-            stream_na[p] = False
+    tracks = [(row, int(m.group(1))) for row, text in state.stream_tid_text
+              if (m := _STREAM_TID.match(text))]
+    if tracks:  # GPU rows on a "stream 7" track without args.stream
+        track_rows, track_ids = np.array(tracks, dtype=np.int64).T
+        rows = order.rows(track_rows)
+        use = gpu_of[cat_codes[rows]] & stream_na[rows]
+        stream[rows[use]] = track_ids[use]
+        stream_na[rows[use]] = False
+    del tracks
     for b in blocks:
         gpu = gpu_of[cat_codes[b]]
         sn = stream_na[b]
@@ -559,15 +568,6 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         stream_na[b] = (sn & tid_na[b]) | ~gpu
         tid_na[b] |= gpu
     order.release()
-
-    used_kinds = _chrome.categories_used([kind], len(kind_names))
-    kept_kinds = sorted(k for k, u in zip(kind_names, used_kinds.tolist(), strict=True) if u)
-    # categories in alphabetical order, as pd.Categorical(strings) gives
-    kind_remap = np.full(len(kind_names), -1, dtype=np.int8)
-    for i, k in enumerate(kept_kinds):
-        kind_remap[kind_code[k]] = i
-    for b in blocks:
-        kind[b] = kind_remap[kind[b]]
 
     return make_events(
         n,
@@ -582,7 +582,7 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
         device=device,
         stream=pd.arrays.IntegerArray(stream, stream_na),
         name=_chrome.categorical(name_codes, kept_names),
-        kind=_chrome.categorical(kind, kept_kinds),
+        kind=_chrome.from_codes(kind, kind_names, inplace=True),
         cat=_chrome.categorical(cat_codes, kept_cats),
         start_ns=start,
         dur_ns=dur,
@@ -627,8 +627,9 @@ def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: 
         sn = step_of[name_codes[b]]
         is_step = (sn >= 0) & ~gpu_of[cat_codes[b]]
         if is_step.any():
-            s_start.append(start[b][is_step])
-            s_end.append(start[b][is_step] + dur[b][is_step])
+            t = start[b][is_step]
+            s_start.append(t)
+            s_end.append(t + dur[b][is_step])
             s_n.append(sn[is_step])
     if s_start:
         s_start_a, s_end_a, s_n_a = (np.concatenate(x) for x in (s_start, s_end, s_n))
@@ -662,7 +663,7 @@ def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: 
                 cv = corr[b][g]
                 pos = np.minimum(np.searchsorted(keys, cv), keys.size - 1)
                 hit = keys[pos] == cv
-                put(b, g[hit], vals[pos[hit]].astype(np.int64))
+                put(b, g[hit], vals[pos[hit]])
     for b in blocks:  # ProfilerStep rows on the GPU: N from the name
         sn = step_of[name_codes[b]]
         where = np.flatnonzero((sn >= 0) & gpu_of[cat_codes[b]])
