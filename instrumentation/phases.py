@@ -72,16 +72,6 @@ class _State:
 S = _State()
 
 
-def _open_step(t0: int, *, push: bool = True) -> None:
-    S.step_open = True
-    S.step_t0 = t0
-    if push and S.nvtx is not None:
-        try:
-            S.nvtx.push("step")
-        except Exception as exc:
-            _nvtx_failed(exc)
-
-
 def _nvtx_failed(exc: BaseException) -> None:
     S.nvtx = None
     warn_once("nvtx-call", f"NVTX call failed ({exc!r}); NVTX ranges are off from now on")
@@ -116,8 +106,9 @@ class _Phase:
         t0 = _now()
         if name == "eval":
             S.eval_depth += 1
-        elif opens_step:
-            _open_step(t0, push=False)
+        elif opens_step:  # its NVTX "step" range was pushed above
+            S.step_open = True
+            S.step_t0 = t0
         if S.epoch_t0 is None:
             S.epoch_t0 = t0
         self.t0 = t0
