@@ -127,8 +127,9 @@ def in_process_benchmark(args: argparse.Namespace) -> dict:
     and calls ``step_end``; a plain step runs the same body with ``contextlib.nullcontext``
     and takes its batch from the same underlying iterator directly. ``init`` happens once, so
     the sampler and the trace writer run throughout: their CPU time is measured separately.
-    The overhead is the mean of the per-pair differences (instrumented minus the plain step
-    next to it) over the mean plain step, with a bootstrap 95 % confidence interval.
+    The overhead is the median of the per-pair differences (instrumented minus the plain step
+    next to it) over the median plain step, and their mean over the mean plain step, each
+    with a bootstrap 95 % confidence interval.
     """
     import random
     import threading
