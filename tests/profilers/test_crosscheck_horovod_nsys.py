@@ -7,7 +7,10 @@
    step and rank, one allreduce per gradient tensor per step, and the causal relations
    between the wait and the allreduce activity (docs/profilers.md).
 
-About 15 s on the 2-core VM (400 curves, batch 32: 10 steps per rank).
+About 20 s on the 2-core VM (1856 curves, 1392 for training, batch 32: 22 steps per rank,
+so that the per-range checks below judge 20-21 ranges per phase, not 8-9: with 9, one range
+delayed by the loaded CI machine already decided the 80 % criterion, and the 5 % allowance
+for descheduled ranges allowed none).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.horovod,
               pytest.mark.skipif(HVD_MISSING is not None, reason=str(HVD_MISSING))]
 ROOT = Path(__file__).resolve().parents[2]
 N_GRAD_TENSORS = 8  # 2 Conv1d + 2 Linear layers, weight and bias each
+SAMPLES = 1856  # 75 % for training, shared by 2 ranks, batch 32
+STEPS = -(-(3 * SAMPLES // 4 // 2) // 32)  # per rank: 22
 PHASES = ("data", "forward", "backward", "sync", "optimizer", "step", "epoch", "eval")
 NSYS = find_nsys()
 no_nsys = pytest.mark.skipif(NSYS is None, reason="Nsight Systems CLI not found (scripts/install_nsys.sh)")
@@ -44,7 +49,7 @@ def hvd_run(run_sweep, data_cache, tmp_path_factory, monkeypatch_module):
     rc, _ = run_sweep(["--np", "2", "--backend", "horovod-gloo", "--batch-size", "32", *nsys,
                        "--sample-interval", "0", "--out", str(out), "--",
                        "python", str(ROOT / "examples" / "strain_stress.py"), "--epochs", "1",
-                       "--samples", "800", "--threads", "1"])
+                       "--samples", str(SAMPLES), "--threads", "1"])
     run_dir = out / "horovod-gloo_np2_bs32_r1"
     assert rc == 0, (run_dir / "stderr.log").read_text()[-3000:]
     return run_dir
@@ -172,13 +177,13 @@ def test_timeline_and_sync_counts_per_step(hvd_run):
     VM) one allreduce per gradient tensor ends inside every step."""
     for rank in (0, 1):
         t = _per_step(hvd_run, rank)
-        assert len(t) == 10, t
+        assert len(t) == STEPS, t
         assert (t["n_sync"] == 1).all(), t
     t = _per_step(hvd_run, 0)
     assert (t["n_allreduce"] == N_GRAD_TENSORS).all(), t
     ops = _timeline(hvd_run)
     ops = ops[(ops["cat"] == "op") & (ops["name"] == "ALLREDUCE")]
-    assert len(ops) == 10 * N_GRAD_TENSORS + 1  # + the end-of-epoch metrics allreduce
+    assert len(ops) == STEPS * N_GRAD_TENSORS + 1  # + the end-of-epoch metrics allreduce
 
 
 def test_exposed_wait_against_total_allreduce_activity(hvd_run):
