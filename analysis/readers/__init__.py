@@ -42,6 +42,8 @@ _BUILTIN_MODULES = (
     "analysis.readers.nvprof_csv",
     "analysis.readers.nvprof_sqlite",
     "analysis.readers.nvml",
+    "analysis.readers.nccl",
+    "analysis.readers.nvsmi_topo",
 )
 
 
@@ -277,7 +279,7 @@ def read(
     if not path.exists():
         raise ReadError(path, "file not found")
     use_cache = cache if cache is not None else path.stat().st_size >= CACHE_MIN_BYTES
-    use_cache = use_cache and not options
+    use_cache = use_cache and not options and reader.kind in ("events", "samples")
     cached = None
     if use_cache:
         cached = cache_dir() / f"{_cache_key(path, reader, run_id)}.parquet"
@@ -289,8 +291,8 @@ def read(
     df = _sorted(reader.read(path, run_id=run_id, **options), reader)
     if reader.kind == "events":
         schema.validate_events(df)
-    else:
-        schema.validate_samples(df)
+    elif reader.kind == "samples":
+        schema.validate_samples(df)  # other kinds (nccl, topo) validate their own frames
     if cached is not None and len(df):  # empty frames are cheap to rebuild
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
