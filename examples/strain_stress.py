@@ -210,7 +210,63 @@ def build_parser() -> argparse.ArgumentParser:
                         "analogue of one GPU per rank; 0: cores / ranks on this node)")
     p.add_argument("--no-instrument", action="store_true",
                    help="do not import or call scalescope's instrumentation (overhead baseline)")
+    p.add_argument("--inject", action="append", default=[], metavar="PHASE:MS[@RANKS]",
+                   help="sleep MS milliseconds inside PHASE (data, forward, backward, optimizer) every "
+                        "training step on the listed ranks (comma-separated; default all): a known "
+                        "cause to check scalescope's analysis against (repeatable; recorded in run.json)")
     return p
+
+
+INJECT_PHASES = ("data", "forward", "backward", "optimizer")
+
+
+def parse_inject(specs: list[str]) -> list[tuple[str, float, tuple[int, ...] | None]]:
+    """``["data:40@1"]`` -> ``[("data", 0.040, (1,))]``; raises ``ValueError`` with the bad spec."""
+    out = []
+    for spec in specs:
+        head, _, ranks = spec.partition("@")
+        name, sep, ms = head.partition(":")
+        try:
+            if not sep or name not in INJECT_PHASES:
+                raise ValueError
+            seconds = float(ms) / 1000.0
+            if not (seconds >= 0 and math.isfinite(seconds)):
+                raise ValueError
+            who = tuple(int(r) for r in ranks.split(",")) if ranks else None
+            if who is not None and any(r < 0 for r in who):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"--inject {spec!r}: expected PHASE:MS[@RANKS] with PHASE one of "
+                             f"{', '.join(INJECT_PHASES)}, MS >= 0 and RANKS like 1 or 0,2") from None
+        out.append((name, seconds, who))
+    return out
+
+
+def inject_plan(specs: list[tuple[str, float, tuple[int, ...] | None]], rank: int) -> dict[str, float]:
+    """Seconds to sleep per phase on ``rank`` (phases named several times add up)."""
+    plan: dict[str, float] = {}
+    for name, seconds, who in specs:
+        if who is None or rank in who:
+            plan[name] = plan.get(name, 0.0) + seconds
+    return plan
+
+
+class _SlowLoader:
+    """Sleeps before each batch, inside the ``data`` phase of the wrapped loader."""
+
+    def __init__(self, loader, seconds: float):
+        self._loader, self._seconds = loader, seconds
+
+    def __iter__(self):
+        for item in self._loader:
+            time.sleep(self._seconds)
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str):
+        return getattr(self._loader, name)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -230,6 +286,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--threads must be >= 0, got {args.threads}")
     if args.data_on_device and args.num_workers:
         p.error("--data-on-device and --num-workers exclude each other (no DataLoader on device)")
+    try:
+        args.inject_specs = parse_inject(args.inject)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 
@@ -442,9 +502,13 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
     else:
         train_model = model
 
+    inject = inject_plan(args.inject_specs, dist.rank)
+    sleep_fwd, sleep_bwd, sleep_opt = (inject.get(k, 0.0) for k in ("forward", "backward", "optimizer"))
     if args.no_instrument:
         ssi = None
         phase = _no_phase
+        if inject.get("data"):
+            train_loader = _SlowLoader(train_loader, inject["data"])
     else:
         import instrumentation as ssi
 
@@ -454,9 +518,14 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
             "train_size": len(train_idx), "val_size": len(val_idx), "n_params": n_params,
             "model": "strain_stress_cnn1d", "data_on_device": args.data_on_device,
             "num_workers": args.num_workers, "seed": args.seed, "device": str(device),
+            "inject": ";".join(args.inject), "inject_here": inject,
         })
         if args.backend == "ddp":
             ssi.ddp_comm_hook(train_model)
+        elif args.backend == "horovod":
+            ssi.horovod_comm_hook(optimizer)
+        if inject.get("data"):
+            train_loader = _SlowLoader(train_loader, inject["data"])
         train_loader = ssi.wrap_loader(train_loader)  # next() is recorded as `data`
         phase = ssi.phase
 
@@ -477,7 +546,11 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
                     with phase("forward"):
                         optimizer.zero_grad()  # set_to_none is the default (Horovod takes no argument)
                         loss = loss_fn(train_model(xb), yb)
+                        if sleep_fwd:
+                            time.sleep(sleep_fwd)
                     with phase("backward"):
+                        if sleep_bwd:  # before the gradients exist, so the others wait for them
+                            time.sleep(sleep_bwd)
                         loss.backward()
                     if args.backend == "horovod":
                         # Wait for Horovod's allreduces here, so the exposed sync time is not
@@ -486,9 +559,13 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
                             optimizer.synchronize()
                         with phase("optimizer"), optimizer.skip_synchronize():
                             optimizer.step()
+                            if sleep_opt:
+                                time.sleep(sleep_opt)
                     else:
                         with phase("optimizer"):
                             optimizer.step()
+                            if sleep_opt:
+                                time.sleep(sleep_opt)
                     loss_sum += loss.detach() * xb.shape[0]
                     n_seen += xb.shape[0]
                     if ssi is not None:

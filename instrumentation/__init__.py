@@ -17,7 +17,7 @@ loop. See ``docs/instrumentation.md`` and ``docs/run-directory.md``.
 from __future__ import annotations
 
 from instrumentation._env import InstrumentationWarning
-from instrumentation.auto import ddp_comm_hook, instrument, wrap_loader
+from instrumentation.auto import ddp_comm_hook, horovod_comm_hook, instrument, wrap_loader
 from instrumentation.phases import (
     PHASES,
     current_step,
@@ -39,6 +39,7 @@ __all__ = [
     "epoch_end",
     "epoch_start",
     "finish",
+    "horovod_comm_hook",
     "init",
     "instrument",
     "mark",

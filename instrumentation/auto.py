@@ -13,15 +13,29 @@
   - ``optimizer``: ``optimizer.step`` (and the step is closed after it, unless
     ``auto_step=False``);
   - ``sync``: for Horovod's ``DistributedOptimizer``, ``optimizer.synchronize`` (nested in
-    ``optimizer`` when ``step()`` synchronises itself);
-  - DDP: the recording comm hook (:func:`ddp_comm_hook`).
+    ``optimizer`` when ``step()`` synchronises itself), plus :func:`horovod_comm_hook`;
+  - DDP: the recording comm hook (:func:`ddp_comm_hook`), which also records DDP's wait.
 
 * :func:`ddp_comm_hook`: registers a comm hook that calls PyTorch's default
-  ``allreduce_hook`` unchanged and records each bucket's allreduce, from launch to the
-  completion callback of its future, as ``cat: "comm"``, ``name: "allreduce"`` with
-  ``args: {"bucket", "bytes", "step", "epoch", "last"}``. Each bucket gets its own trace
-  track (``tid`` = 1,000,000 + bucket index, named ``allreduce bucket i``), because
-  allreduces overlap the backward phase and one another and Chrome-trace tracks must nest.
+  ``allreduce_hook`` unchanged and records
+
+  - each bucket's allreduce, from launch to the completion callback of its future, as
+    ``cat: "comm"``, ``name: "allreduce"`` with ``args: {"bucket", "bytes", "step",
+    "epoch", "last"}`` (in flight: ``sync_total``). Each bucket gets its own trace track
+    (``tid`` = 1,000,000 + bucket index, named ``allreduce bucket i``), because allreduces
+    overlap the backward phase and one another and Chrome-trace tracks must nest;
+  - DDP's wait for its buckets as a ``sync`` phase (``args: {"source": "ddp_hook"}``): from
+    the moment the last bucket is ready (its hook is called: gradient computation is over)
+    to the moment all bucket allreduces have completed, measured by an autograd final
+    callback queued from that hook which waits on the buckets' futures (the wait DDP's
+    own end-of-backward callback would do). Inside ``loss.backward()``, so it nests in a
+    hand-placed ``backward`` phase; ``sync_exposed``.
+
+* :func:`horovod_comm_hook`: on Horovod's ``DistributedOptimizer``, records the time its
+  gradient allreduces are in flight in each step: from the first gradient submitted
+  (``_allreduce_grad_async``, called by Horovod's gradient hooks during backward) to the
+  end of ``synchronize()``, as ``cat: "comm"``, ``name: "allreduce"``, ``args:
+  {"hook": "horovod", "tensors"}`` on track 999,999 (``horovod allreduce in flight``).
 
 All of it is a no-op before :func:`instrumentation.init`, and every hook swallows its own
 errors (one warning) so training behaves exactly as without instrumentation.
@@ -32,14 +46,15 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from instrumentation import phases as _ph
 from instrumentation._env import warn_once
 
-__all__ = ["COMM_TID_BASE", "ddp_comm_hook", "instrument", "wrap_loader"]
+__all__ = ["COMM_TID_BASE", "HOROVOD_TID", "ddp_comm_hook", "horovod_comm_hook", "instrument", "wrap_loader"]
 
 COMM_TID_BASE = 1_000_000
+HOROVOD_TID = COMM_TID_BASE - 1
 
 
 # -- data loader ---------------------------------------------------------------------------
@@ -55,21 +70,20 @@ class TimedLoader:
         self._loader = loader
 
     def __iter__(self) -> Iterator:
-        S = _ph.S
         it = iter(self._loader)
         while True:
-            opened = S.rec is not None and not S.step_open and S.eval_depth == 0
-            p = _ph._Phase("data")
-            p.__enter__()
+            opened = _ph.may_open_step()
+            p = _ph.Phase("data")
+            p.enter()
             try:
                 item = next(it)
             except StopIteration:
-                _abort_data(p, opened)
+                p.abort(opened_step=opened, end_of_data=True)
                 return
             except BaseException:
-                p.__exit__(None, None, None)
+                p.exit()
                 raise
-            p.__exit__(None, None, None)
+            p.exit()
             yield item
 
     def __len__(self) -> int:
@@ -77,24 +91,6 @@ class TimedLoader:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
-
-
-def _abort_data(p: _ph._Phase, opened: bool) -> None:
-    S = _ph.S
-    rec = S.rec
-    if rec is None or not p.t0:
-        return
-    t1 = _ph._now()
-    if S.nvtx is not None:
-        try:
-            S.nvtx.pop()  # data
-            if opened and S.step_open:
-                S.nvtx.pop()  # the step this data phase opened
-        except Exception as exc:
-            _ph._nvtx_failed(exc)
-    if opened:
-        S.step_open = False
-    rec.add(("phase", "data", p.t0, t1, _ph._tid(), None, S.epoch, {"end_of_data": True}))
 
 
 def wrap_loader(loader: Iterable) -> Iterable:
@@ -124,12 +120,17 @@ def _first_grad_tensor(out: Any) -> Any:
     return None
 
 
+#: End (perf_counter ns) of the last automatic ``backward`` phase: DDP's ``sync`` phase
+#: starts no earlier, so the two never overlap on a track.
+_last_backward_end = 0
+
+
 class _ModelHooks:
     """Forward/backward phase hooks on one module."""
 
     def __init__(self, model: Any):
-        self.stack: list[_ph._Phase] = []
-        self.backward_open: _ph._Phase | None = None
+        self.stack: list[_ph.Phase] = []
+        self.backward_open: _ph.Phase | None = None
         self.handles = [
             model.register_forward_pre_hook(self.pre_forward),
             model.register_forward_hook(self.post_forward),
@@ -137,8 +138,8 @@ class _ModelHooks:
 
     def pre_forward(self, module: Any, args: Any) -> None:
         try:
-            p = _ph._Phase("forward")
-            p.__enter__()
+            p = _ph.Phase("forward")
+            p.enter()
             self.stack.append(p)
         except Exception as exc:
             warn_once("hook-forward", f"forward hook failed: {exc!r}")
@@ -146,9 +147,9 @@ class _ModelHooks:
     def post_forward(self, module: Any, args: Any, out: Any) -> None:
         try:
             if self.stack:
-                self.stack.pop().__exit__(None, None, None)
+                self.stack.pop().exit()
             torch = sys.modules.get("torch")
-            if torch is None or not torch.is_grad_enabled() or _ph.S.rec is None:
+            if torch is None or not torch.is_grad_enabled() or not _ph.recording():
                 return
             t = _first_grad_tensor(out)
             if t is not None:
@@ -158,16 +159,12 @@ class _ModelHooks:
 
     def on_output_grad(self, grad: Any) -> None:
         try:
-            if self.backward_open is not None or _ph.S.rec is None:
+            if self.backward_open is not None or not _ph.recording():
                 return None
-            p = _ph._Phase("backward")
             # No NVTX range: the end callback may run on another autograd thread and
             # NVTX push/pop ranges are per thread.
-            nv, _ph.S.nvtx = _ph.S.nvtx, None
-            try:
-                p.__enter__()
-            finally:
-                _ph.S.nvtx = nv
+            p = _ph.Phase("backward", nvtx=False)
+            p.enter()
             self.backward_open = p
             import torch
 
@@ -178,15 +175,13 @@ class _ModelHooks:
         return None
 
     def end_backward(self) -> None:
+        global _last_backward_end
         p, self.backward_open = self.backward_open, None
         if p is None:
             return
         try:
-            nv, _ph.S.nvtx = _ph.S.nvtx, None
-            try:
-                p.__exit__(None, None, None)
-            finally:
-                _ph.S.nvtx = nv
+            p.exit()
+            _last_backward_end = _ph.now()
         except Exception as exc:
             warn_once("hook-backward", f"backward hook failed: {exc!r}")
 
@@ -197,7 +192,7 @@ def _wrap_method(obj: Any, attr: str, name: str, *, after: Any = None) -> None:
         return
 
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with _ph._Phase(name):
+        with _ph.Phase(name):
             out = orig(*args, **kwargs)
         if after is not None:
             after()
@@ -233,13 +228,15 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
         A ``torch.nn.Module`` (or a DDP wrapper): ``forward`` and ``backward`` phases.
     optimizer
         ``optimizer.step`` becomes the ``optimizer`` phase; for Horovod's
-        ``DistributedOptimizer`` ``synchronize`` becomes ``sync``.
+        ``DistributedOptimizer`` ``synchronize`` becomes ``sync`` and its gradient
+        allreduces are recorded (:func:`horovod_comm_hook`).
     loader
         Wrapped with :func:`wrap_loader` and returned.
     auto_step
         Close the step (:func:`instrumentation.step_end`) after each ``optimizer.step``.
     comm_hook
-        For a DDP model, register the recording comm hook (:func:`ddp_comm_hook`).
+        For a DDP model, register the recording comm hook (:func:`ddp_comm_hook`); for a
+        Horovod optimizer, :func:`horovod_comm_hook`.
     """
     try:
         if model is not None:
@@ -248,6 +245,8 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
                 ddp_comm_hook(model)
         if optimizer is not None:
             if _is_horovod_optimizer(optimizer):
+                if comm_hook:
+                    horovod_comm_hook(optimizer)
                 _wrap_method(optimizer, "synchronize", "sync")
             _wrap_method(optimizer, "step", "optimizer", after=_ph.step_end if auto_step else None)
     except Exception as exc:
@@ -259,38 +258,88 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
 _named_buckets: set[int] = set()
 
 
+class _DdpWait:
+    """DDP's wait for its buckets in the current backward pass (one per process)."""
+
+    futures: ClassVar[list] = []
+    t_ready = 0
+    step: int | None = None
+    epoch: int | None = None
+    pushed_on: int | None = None
+
+    @classmethod
+    def last_bucket_ready(cls, t_ready: int) -> None:
+        """Called from the hook of the iteration's last bucket: gradient compute is over."""
+        import threading
+
+        import torch
+
+        cls.t_ready = max(t_ready, _last_backward_end)
+        cls.step, cls.epoch = _ph.current_step(), _ph.current_epoch()
+        # An NVTX range only on the training thread, where the final callback runs too on
+        # CPU; on a CUDA autograd thread no range is pushed (push/pop are per thread).
+        tid = threading.get_native_id()
+        cls.pushed_on = tid if tid == threading.main_thread().native_id and _ph.nvtx_push("sync") else None
+        torch.autograd.Variable._execution_engine.queue_callback(cls.wait_done)
+
+    @classmethod
+    def wait_done(cls) -> None:
+        """Autograd final callback: wait for every bucket (as DDP does), record ``sync``."""
+        import threading
+
+        futures, cls.futures = cls.futures, []
+        for f in futures:
+            try:
+                f.wait()
+            except Exception:
+                pass  # DDP's own wait raises the allreduce's error; ours must not
+        t1 = _ph.now()
+        if cls.pushed_on is not None and cls.pushed_on == threading.get_native_id():
+            _ph.nvtx_pop()
+        cls.pushed_on = None
+        _ph.record("phase", "sync", cls.t_ready, t1, step=cls.step, epoch=cls.epoch,
+                   args={"source": "ddp_hook", "buckets": len(futures)})
+
+
 def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     # No annotations: DDP rejects a ``bucket`` annotated with anything but dist.GradBucket
     # (and with ``from __future__ import annotations`` every annotation is a string).
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    t0 = _ph._now()
+    t0 = _ph.now()
     fut = allreduce_hook(state, bucket)
-    rec = _ph.S.rec
-    if rec is None:
+    if not _ph.recording():
         return fut
     try:
         idx = int(bucket.index())
         buf = bucket.buffer()
         nbytes = int(buf.numel() * buf.element_size())
-        extra = {"bucket": idx, "bytes": nbytes, "last": bool(bucket.is_last())}
-        step, epoch = _ph.current_step(), _ph.S.epoch
+        last = bool(bucket.is_last())
+        extra = {"bucket": idx, "bytes": nbytes, "last": last}
+        step, epoch = _ph.current_step(), _ph.current_epoch()
         tid = COMM_TID_BASE + idx
         if idx not in _named_buckets:
             _named_buckets.add(idx)
-            rec.add(("meta", f"allreduce bucket {idx}", t0, None, tid, None, None, None))
+            _ph.name_track(tid, f"allreduce bucket {idx}")
     except Exception as exc:
         warn_once("ddp-hook", f"DDP comm hook bookkeeping failed: {exc!r}")
         return fut
 
     def done(f: Any) -> Any:
         try:
-            rec.add(("comm", "allreduce", t0, _ph._now(), tid, step, epoch, extra))
+            _ph.record("comm", "allreduce", t0, _ph.now(), step=step, epoch=epoch, tid=tid, args=extra)
         except Exception:
             pass
         return f.value()  # unchanged result (and unchanged error, if the allreduce failed)
 
-    return fut.then(done)
+    out = fut.then(done)
+    try:
+        _DdpWait.futures.append(out)
+        if last:
+            _DdpWait.last_bucket_ready(t0)
+    except Exception as exc:
+        warn_once("ddp-hook-wait", f"DDP sync-wait recording failed: {exc!r}")
+    return out
 
 
 def ddp_comm_hook(ddp_model: Any, process_group: Any = None) -> bool:
@@ -304,4 +353,56 @@ def ddp_comm_hook(ddp_model: Any, process_group: Any = None) -> bool:
         return True
     except Exception as exc:
         warn_once("ddp-hook-register", f"could not register the DDP comm hook: {exc!r}")
+        return False
+
+
+# -- Horovod ------------------------------------------------------------------------------------
+def horovod_comm_hook(optimizer: Any) -> bool:
+    """Record the time Horovod's gradient allreduces are in flight in each step.
+
+    Wraps the ``DistributedOptimizer``'s ``_allreduce_grad_async`` and
+    ``_grouped_allreduce_grad_async`` (called by its gradient hooks) to note the first
+    submission of a step, and ``synchronize`` to close the record when every handle is
+    done. Call it before the first backward pass; returns ``True`` when installed.
+    """
+    try:
+        if getattr(optimizer, "_scalescope_hvd_hook", False):
+            return True
+        state = {"t0": None, "n": 0, "step": None, "epoch": None}
+
+        def wrap_submit(attr: str) -> None:
+            orig = getattr(optimizer, attr, None)
+            if orig is None:
+                return
+
+            def submit(*args: Any, **kwargs: Any) -> Any:
+                if state["t0"] is None and _ph.recording():
+                    state["t0"] = _ph.now()
+                    state["step"], state["epoch"] = _ph.current_step(), _ph.current_epoch()
+                state["n"] += 1
+                return orig(*args, **kwargs)
+
+            setattr(optimizer, attr, submit)
+
+        wrap_submit("_allreduce_grad_async")
+        wrap_submit("_grouped_allreduce_grad_async")
+        sync = optimizer.synchronize
+
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            out = sync(*args, **kwargs)
+            t0, state["t0"] = state["t0"], None
+            if t0 is not None:
+                n, state["n"] = state["n"], 0
+                if not getattr(optimizer, "_scalescope_hvd_named", False):
+                    optimizer._scalescope_hvd_named = True
+                    _ph.name_track(HOROVOD_TID, "horovod allreduce in flight")
+                _ph.record("comm", "allreduce", t0, _ph.now(), step=state["step"], epoch=state["epoch"],
+                           tid=HOROVOD_TID, args={"hook": "horovod", "tensors": n})
+            return out
+
+        optimizer.synchronize = synchronize
+        optimizer._scalescope_hvd_hook = True
+        return True
+    except Exception as exc:
+        warn_once("horovod-hook", f"could not install the Horovod allreduce recording: {exc!r}")
         return False

@@ -30,7 +30,10 @@ from typing import Any, TypeVar
 
 from instrumentation._env import warn_once
 
-__all__ = ["PHASES", "epoch_end", "epoch_start", "mark", "phase", "step_end"]
+__all__ = [
+    "PHASES", "Phase", "current_epoch", "current_step", "epoch_end", "epoch_start", "mark", "may_open_step",
+    "name_track", "now", "nvtx_pop", "nvtx_push", "phase", "record", "recording", "step_end",
+]
 
 #: The phase vocabulary (``docs/instrumentation.md``).
 PHASES: tuple[str, ...] = ("data", "forward", "backward", "sync", "optimizer", "step", "epoch", "eval")
@@ -77,16 +80,23 @@ def _nvtx_failed(exc: BaseException) -> None:
     warn_once("nvtx-call", f"NVTX call failed ({exc!r}); NVTX ranges are off from now on")
 
 
-class _Phase:
-    """Context manager (and decorator) timing one phase."""
+class Phase:
+    """Context manager (and decorator) timing one phase: the span API of this module.
 
-    __slots__ = ("name", "t0")
+    ``Phase(name)`` is what :func:`phase` returns; :mod:`instrumentation.auto` uses it
+    directly with ``enter()``/``exit()`` from hooks, ``nvtx=False`` where the span may end
+    on another thread (NVTX push/pop ranges are per thread), and :meth:`abort` for a
+    ``data`` phase that ended the loader.
+    """
 
-    def __init__(self, name: str):
+    __slots__ = ("name", "nvtx", "t0")
+
+    def __init__(self, name: str, *, nvtx: bool = True):
         self.name = name
+        self.nvtx = nvtx
         self.t0 = 0
 
-    def __enter__(self) -> _Phase:
+    def __enter__(self) -> Phase:
         rec = S.rec
         if rec is None:
             return self
@@ -95,7 +105,7 @@ class _Phase:
         # NVTX pushes first, clock read after; on exit clock first, pop after: our interval
         # nests inside the NVTX range with ~1 µs either side, so nsys and our recorder agree
         # even for short phases (reading the clock before two pushes cost `data` 3-11 µs).
-        nv = S.nvtx
+        nv = S.nvtx if self.nvtx else None
         if nv is not None:
             try:
                 if opens_step:
@@ -120,7 +130,7 @@ class _Phase:
             return
         t1 = _now()
         name = self.name
-        nv = S.nvtx
+        nv = S.nvtx if self.nvtx else None
         if nv is not None:
             try:
                 nv.pop()
@@ -136,18 +146,44 @@ class _Phase:
             step = S.step if (S.step_open and S.eval_depth == 0) else None
         rec.add(("phase", name, self.t0, t1, _tid(), step, S.epoch, None))
 
+    enter = __enter__
+
+    def exit(self) -> None:
+        """Close the phase (``with`` does this itself)."""
+        self.__exit__(None, None, None)
+
+    def abort(self, *, opened_step: bool, **args: object) -> None:
+        """Close a phase that turned out not to belong to a step (the ``next()`` that ended
+        a data loader): recorded without a step and with ``args``; the step it opened, if
+        ``opened_step``, is closed without being counted."""
+        rec = S.rec
+        if rec is None or not self.t0:
+            return
+        t1 = _now()
+        nv = S.nvtx if self.nvtx else None
+        if nv is not None:
+            try:
+                nv.pop()  # this phase
+                if opened_step and S.step_open:
+                    nv.pop()  # the step it opened
+            except Exception as exc:
+                _nvtx_failed(exc)
+        if opened_step:
+            S.step_open = False
+        rec.add(("phase", self.name, self.t0, t1, _tid(), None, S.epoch, args or None))
+
     def __call__(self, func: F) -> F:
-        name = self.name
+        name, nvtx = self.name, self.nvtx
 
         @wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with _Phase(name):
+            with Phase(name, nvtx=nvtx):
                 return func(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
 
-def phase(name: str) -> _Phase:
+def phase(name: str) -> Phase:
     """Time a training phase: ``with phase("forward"): ...`` or ``@phase("eval")``.
 
     Parameters
@@ -165,7 +201,68 @@ def phase(name: str) -> _Phase:
     ``docs/instrumentation.md``). Prefer :func:`step_end` to ``phase("step")``: the step
     is opened automatically.
     """
-    return _Phase(name)
+    return Phase(name)
+
+
+# -- the span API for hooks (instrumentation.auto) --------------------------------------------
+now = _now
+
+
+def recording() -> bool:
+    """Whether a run is recording (``init`` was called and ``finish`` was not)."""
+    return S.rec is not None
+
+
+def may_open_step() -> bool:
+    """Whether the next step phase would open a step (recording, no step open, not in eval)."""
+    return S.rec is not None and not S.step_open and S.eval_depth == 0
+
+
+def current_epoch() -> int:
+    """The epoch number events are labelled with now."""
+    return S.epoch
+
+
+def record(cat: str, name: str, t0: int, t1: int | None, *, step: int | None, epoch: int | None,
+           tid: int | None = None, args: dict | None = None) -> None:
+    """Record a span (``t1`` an int) or an instant (``t1`` None) timed by the caller.
+
+    ``cat`` is the trace category (``"phase"``, ``"comm"``, ``"marker"``); ``tid`` defaults
+    to the calling thread. A no-op when not recording.
+    """
+    rec = S.rec
+    if rec is not None:
+        rec.add((cat, name, t0, t1, _tid() if tid is None else tid, step, epoch, args))
+
+
+def name_track(tid: int, name: str) -> None:
+    """Name a synthetic trace track (``thread_name`` metadata), e.g. a DDP bucket's."""
+    rec = S.rec
+    if rec is not None:
+        rec.add(("meta", name, _now(), None, tid, None, None, None))
+
+
+def nvtx_push(name: str) -> bool:
+    """Push an NVTX range on this thread when NVTX is on; returns whether it was pushed."""
+    nv = S.nvtx
+    if nv is None:
+        return False
+    try:
+        nv.push(name)
+        return True
+    except Exception as exc:
+        _nvtx_failed(exc)
+        return False
+
+
+def nvtx_pop() -> None:
+    """Pop the range :func:`nvtx_push` pushed on this thread."""
+    nv = S.nvtx
+    if nv is not None:
+        try:
+            nv.pop()
+        except Exception as exc:
+            _nvtx_failed(exc)
 
 
 def step_end() -> None:

@@ -4,7 +4,8 @@ Registered formats:
 
 * ``scalescope_trace``: one ``rank-NNNNN.trace.json`` (events). Phases become kind
   ``phase`` (cat ``phase``, ``name`` the phase); DDP comm-hook records kind ``comm`` (cat
-  ``ddp_hook``, ``tensor`` = ``bucketI``, ``bytes``); instants kind ``marker``; other
+  ``ddp_hook``, ``tensor`` = ``bucketI``, ``bytes``); Horovod's in-flight records kind
+  ``comm`` (cat ``hvd_hook``); instants kind ``marker``; other
   complete events kind ``range``. ``start_ns`` is the epoch ns on the rank's own clock,
   parsed exactly from the µs decimal string (no float rounding).
 * ``scalescope_samples``: one ``samples-<host>.csv`` (samples), GPU or CPU columns.
@@ -175,7 +176,7 @@ def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
             if rcat == "phase":
                 kind, cat = "phase", "phase"
             elif rcat == "comm":
-                kind, cat = "comm", "ddp_hook"
+                kind, cat = "comm", ("hvd_hook" if args.get("hook") == "horovod" else "ddp_hook")
             else:
                 kind, cat = "range", rcat
             dur = _us_to_ns(r.get("dur", 0), path, "dur")
