@@ -301,15 +301,56 @@ def init(
 def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx,
           horovod_timeline, flush_interval_s) -> None:
     start_time = _mf.iso_now()
+    comm = _connect(run, framework)
+    anchor = take_anchor()
+    interval = env_float("SCALESCOPE_SAMPLE_INTERVAL", float(sample_interval_s))
+    proposed = run_dir or env_str("SCALESCOPE_RUN_DIR") or _default_run_dir()
+    infos = comm.allgather(_identity(run, comm, anchor=anchor, proposed=proposed, interval=interval))
+    clock = (estimate_offsets(comm.barrier, comm.allgather) if run.world_size > 1 else
+             {"reference_rank": 0, "method": "single-process", "rounds": 0,
+              "offsets_ns": {}, "spread_ns": {}})
+    by_host = _group_by_host(infos)
+    _adopt_run_dir(run, infos)
+    nvtx_mode = _open_trace(run, anchor, nvtx=nvtx, flush_interval_s=flush_interval_s)
+    samplers = _choose_samplers(by_host, interval=interval)
+    _start_sampler(run, samplers[run.host], by_host[run.host], interval=interval)
+    if comm.hvd is not None:
+        run.timeline = _hvt.start(comm.hvd, run.run_dir, enabled=horovod_timeline)
+    # PyTorch profiler window ($SCALESCOPE_TORCH_PROFILER, set by `sweep --torch-profiler`)
+    run.torch_profiler = _tp.start_from_env(run.run_dir, rank=run.rank)
+    if run.torch_profiler is not None and run.torch_profiler.prof is not None:
+        _ph.S.on_step = run.torch_profiler.step
+    _install_handlers()
+    if run.rank == 0:
+        run.manifest = _mf.build_manifest(
+            run_id=run.run_id, ranks=_public(infos), framework=run.framework, backend=run.backend,
+            config=config, sweep=sweep_config() or None, tags=tags,
+            sampler=_sampler_summary(samplers, interval=interval), clock=clock,
+            horovod=_horovod_info(comm.hvd, run.backend), horovod_timeline=run.timeline,
+            nvtx={"domain": _nvtx.DOMAIN, "mode": nvtx_mode}, gpu=_gpu_summary(infos, by_host, samplers),
+            versions_=_mf.versions(framework=run.framework, check_mpi=run.backend == "mpi"),
+            start_time=start_time,
+        )
+        if run.torch_profiler is not None:
+            run.manifest["profilers"] = {"torch_profiler": run.torch_profiler.info()}
+        _write_manifest(run)
+
+
+def _connect(run: Run, framework: str | None) -> _Comm:
+    """The framework's communicator; sets ``run``'s framework, rank, size and backend."""
     fw = _detect_framework(framework)
     comm = _Comm(fw)
     run.framework = fw
     run.hvd = comm.hvd
     run.rank, run.world_size = comm.rank(), comm.size()
     run.backend = comm.backend() if fw != "none" else None
-    anchor = take_anchor()
-    interval = env_float("SCALESCOPE_SAMPLE_INTERVAL", float(sample_interval_s))
-    proposed = run_dir or env_str("SCALESCOPE_RUN_DIR") or _default_run_dir()
+    return comm
+
+
+def _identity(run: Run, comm: _Comm, *, anchor, proposed, interval: float) -> dict:
+    """What this rank tells the others: who and where it is, its device and clock, the run
+    directory it would choose, and what it could sample (keys starting with ``_`` stay out
+    of the manifest)."""
     nvml_ok, nvml_reason, nvml_devices = (False, "sampling disabled (interval 0)", [])
     if interval > 0:
         nvml_ok, nvml_reason, nvml_devices = probe_nvml()
@@ -319,17 +360,21 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
         have_psutil = True
     except Exception:
         have_psutil = False
-    me = {
+    return {
         "rank": run.rank, "local_rank": comm.local_rank(), "host": run.host,
         "pid": os.getpid(), **_device_info(), "clock": anchor.as_dict(),
         "_run_dir": str(Path(proposed).absolute()),
         "_nvml": [nvml_ok, nvml_reason, nvml_devices], "_psutil": have_psutil,
     }
-    infos = comm.allgather(me)
-    clock = (estimate_offsets(comm.barrier, comm.allgather) if run.world_size > 1 else
-             {"reference_rank": 0, "method": "single-process", "rounds": 0,
-              "offsets_ns": {}, "spread_ns": {}})
-    # local ranks where the launcher did not say (plain DDP without torchrun)
+
+
+def _public(infos: list[dict]) -> list[dict]:
+    return [{k: v for k, v in i.items() if not k.startswith("_")} for i in infos]
+
+
+def _group_by_host(infos: list[dict]) -> dict[str, list[dict]]:
+    """Ranks by host in rank order; fills in local ranks where the launcher did not say
+    (plain DDP without torchrun)."""
     by_host: dict[str, list[dict]] = {}
     for info in sorted(infos, key=lambda i: i["rank"]):
         by_host.setdefault(info["host"], []).append(info)
@@ -337,6 +382,12 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
         for i, info in enumerate(members):
             if info["local_rank"] is None:
                 info["local_rank"] = i
+    return by_host
+
+
+def _adopt_run_dir(run: Run, infos: list[dict]) -> None:
+    """Rank 0's run directory for every rank; :class:`_Unwritable` (after a warning) when
+    this rank cannot write there."""
     mine = next(i for i in infos if i["rank"] == run.rank)
     run.local_rank = int(mine["local_rank"])
     rank0 = next(i for i in infos if i["rank"] == 0)
@@ -347,7 +398,10 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
         warn_once(f"rundir:{run.run_dir}", f"cannot write to the run directory {run.run_dir} "
                   f"({problem}); nothing is recorded for rank {run.rank}, training goes on")
         raise _Unwritable()
-    # trace + epochs
+
+
+def _open_trace(run: Run, anchor, *, nvtx, flush_interval_s: float) -> str:
+    """Open this rank's trace and epoch file and route the phases to them; returns the NVTX mode."""
     S = _ph.S
     S.reset()
     run.recorder = TraceRecorder(
@@ -360,7 +414,12 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
     ranges, nvtx_mode = _nvtx.setup(nvtx)
     S.nvtx = ranges
     S.rec = run.recorder
-    # sampler: local rank 0 of every node
+    return nvtx_mode
+
+
+def _choose_samplers(by_host: dict[str, list[dict]], *, interval: float) -> dict[str, dict]:
+    """One sampler per node, run by its local rank 0: NVML when that rank can see it, psutil
+    CPU sampling otherwise, none when sampling is off (``run.json`` ``sampler.hosts``)."""
     samplers: dict[str, dict] = {}
     for host, members in by_host.items():
         lead = next((m for m in members if m["local_rank"] == 0), members[0])
@@ -369,57 +428,48 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
         samplers[host] = {"rank": lead["rank"], "kind": kind, "file": f"samples-{_safe_host(host)}.csv"
                           if kind else None, "nvml_unavailable_reason": reason,
                           "devices": devices}
-    mine_s = samplers[run.host]
-    if mine_s["rank"] == run.rank and mine_s["kind"]:
-        pids = {m["rank"]: m["pid"] for m in by_host[run.host]}
-        run.sampler = Sampler(run.run_dir / mine_s["file"], host=run.host, kind=mine_s["kind"],
-                              interval_s=interval, pids=pids)
-        if not run.sampler.start():
-            run.sampler = None
-    # Horovod timeline
-    if comm.hvd is not None:
-        run.timeline = _hvt.start(comm.hvd, run.run_dir, enabled=horovod_timeline)
-    # PyTorch profiler window ($SCALESCOPE_TORCH_PROFILER, set by `sweep --torch-profiler`)
-    run.torch_profiler = _tp.start_from_env(run.run_dir, rank=run.rank)
-    if run.torch_profiler is not None and run.torch_profiler.prof is not None:
-        S.on_step = run.torch_profiler.step
-    # handlers
-    _install_handlers()
-    # manifest (rank 0)
-    if run.rank == 0:
-        kinds = {s["kind"] for s in samplers.values()}
-        reasons = {s["nvml_unavailable_reason"] for s in samplers.values() if s["kind"] != "nvml"}
-        sampler = {
-            "kind": kinds.pop() if len(kinds) == 1 else "mixed",
-            "interval_s": interval if interval > 0 else None,
-            "nvml_unavailable_reason": "; ".join(sorted(r for r in reasons if r)) or None,
-            "hosts": samplers,
-        }
-        ranks = [{k: v for k, v in i.items() if not k.startswith("_")} for i in infos]
-        gpu = None
-        names = [r["device_name"] for r in ranks if r.get("device_name")]
-        if names:
-            gpu = {"model": names[0], "count": len(names),
-                   "per_node": max(len(m) for m in by_host.values())}
-        elif any(s["kind"] == "nvml" for s in samplers.values()):
-            devs = [d for s in samplers.values() for d in s["devices"]]
-            gpu = {"model": devs[0]["name"], "count": len(devs),
-                   "per_node": max(len(s["devices"]) for s in samplers.values())}
-        hvd_info = None
-        if comm.hvd is not None:
-            hvd_info = {"controller": run.backend, "version": _mf._dist_version("horovod"),
-                        "tensor_operation": _hvd_tensor_op(comm.hvd, run.backend)}
-        run.manifest = _mf.build_manifest(
-            run_id=run.run_id, ranks=ranks, framework=fw, backend=run.backend, config=config,
-            sweep=sweep_config() or None, tags=tags, sampler=sampler, clock=clock,
-            horovod=hvd_info, horovod_timeline=run.timeline,
-            nvtx={"domain": _nvtx.DOMAIN, "mode": nvtx_mode}, gpu=gpu,
-            versions_=_mf.versions(framework=fw, check_mpi=run.backend == "mpi"),
-            start_time=start_time,
-        )
-        if run.torch_profiler is not None:
-            run.manifest["profilers"] = {"torch_profiler": run.torch_profiler.info()}
-        _write_manifest(run)
+    return samplers
+
+
+def _start_sampler(run: Run, chosen: dict, members: list[dict], *, interval: float) -> None:
+    """Start this node's sampler when this rank is the one chosen for it."""
+    if chosen["rank"] != run.rank or not chosen["kind"]:
+        return
+    pids = {m["rank"]: m["pid"] for m in members}
+    run.sampler = Sampler(run.run_dir / chosen["file"], host=run.host, kind=chosen["kind"],
+                          interval_s=interval, pids=pids)
+    if not run.sampler.start():
+        run.sampler = None
+
+
+def _sampler_summary(samplers: dict[str, dict], *, interval: float) -> dict:
+    kinds = {s["kind"] for s in samplers.values()}
+    reasons = {s["nvml_unavailable_reason"] for s in samplers.values() if s["kind"] != "nvml"}
+    return {
+        "kind": kinds.pop() if len(kinds) == 1 else "mixed",
+        "interval_s": interval if interval > 0 else None,
+        "nvml_unavailable_reason": "; ".join(sorted(r for r in reasons if r)) or None,
+        "hosts": samplers,
+    }
+
+
+def _gpu_summary(infos: list[dict], by_host: dict[str, list[dict]], samplers: dict[str, dict]) -> dict | None:
+    """``run.json`` ``gpu``: from the ranks' torch devices, else from what NVML saw, else None."""
+    names = [i["device_name"] for i in infos if i.get("device_name")]
+    if names:
+        return {"model": names[0], "count": len(names), "per_node": max(len(m) for m in by_host.values())}
+    if any(s["kind"] == "nvml" for s in samplers.values()):
+        devs = [d for s in samplers.values() for d in s["devices"]]
+        return {"model": devs[0]["name"], "count": len(devs),
+                "per_node": max(len(s["devices"]) for s in samplers.values())}
+    return None
+
+
+def _horovod_info(hvd, controller: str | None) -> dict | None:
+    if hvd is None:
+        return None
+    return {"controller": controller, "version": _mf._dist_version("horovod"),
+            "tensor_operation": _hvd_tensor_op(hvd, controller)}
 
 
 class _Unwritable(Exception):

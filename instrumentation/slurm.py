@@ -18,7 +18,7 @@ Launchers (``--slurm-launcher``):
 * Horovod with Gloo always goes through ``horovodrun --gloo -H node1:G,node2:G`` (Gloo's
   rendezvous server lives in horovodrun, which starts remote ranks over ssh).
 
-Each script exports the ``SCALESCOPE_*`` contract of :func:`instrumentation.sweep.run_env`,
+Each script exports the ``SCALESCOPE_*`` contract of :func:`instrumentation.experiment.run_env`,
 writes its logs into the run directory, and ends with ``python -m instrumentation.slurm
 finalize`` which records status and exit code in ``run.json`` and ``experiment.json``
 (under an ``flock``, since jobs finish concurrently).
@@ -27,7 +27,6 @@ finalize`` which records status and exit code in ``run.json`` and ``experiment.j
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -37,7 +36,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SlurmLayout", "add_arguments", "finalize_main", "layout", "render_script", "write_scripts"]
+from instrumentation.experiment import (
+    Experiment,
+    RunSpec,
+    finalize_run,
+    find_tool,
+    rank_command,
+    resolve_script,
+    run_env,
+    update_entries,
+)
+
+__all__ = ["SlurmError", "SlurmLayout", "add_arguments", "check_options", "finalize_main", "layout",
+           "render_script", "run", "write_scripts"]
+
+
+class SlurmError(RuntimeError):
+    """A SLURM command failed or the cluster cannot run what was asked (one clear line)."""
 
 #: Variables forwarded with ``mpirun -x`` besides the SCALESCOPE_*/HOROVOD_* ones.
 _MPI_FORWARD = ("PATH", "MASTER_ADDR", "MASTER_PORT")
@@ -73,8 +88,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``--slurm`` options of ``scalescope sweep``."""
     g = parser.add_argument_group("SLURM (write sbatch scripts instead of running)")
     g.add_argument("--slurm", action="store_true", help="write one sbatch script per run into OUT/slurm/")
-    g.add_argument("--dry-run", action="store_true",
-                   help="print what would run (the sbatch scripts with --slurm, else the commands); write nothing")
     g.add_argument("--slurm-launcher", choices=("srun", "mpirun"), default="srun",
                    help="how the script starts the ranks (default srun)")
     g.add_argument("--partition", default=None, help="SLURM partition")
@@ -102,8 +115,6 @@ def _rank_translation(launcher: str) -> str:
 def launch_lines(spec, rank_cmd: Sequence[str], lay: SlurmLayout, *, launcher: str, env_names: Sequence[str],
                  python: str) -> list[str]:
     """Shell lines that start the ranks of ``spec`` inside the allocation."""
-    from instrumentation.sweep import find_tool
-
     n = lay.ntasks
     srun = ["srun", f"--ntasks={n}", f"--ntasks-per-node={lay.ntasks_per_node}",
             f"--cpus-per-task={lay.cpus_per_task}", "--distribution=block:block", "--cpu-bind=cores"]
@@ -135,8 +146,6 @@ def launch_lines(spec, rank_cmd: Sequence[str], lay: SlurmLayout, *, launcher: s
 def render_script(spec, *, script: Sequence[str], out: Path, experiment: str, args: argparse.Namespace,
                   wrappers=(), python: str | None = None, workdir: Path | None = None) -> str:
     """The sbatch script of one run (see the module docstring for the layout and launchers)."""
-    from instrumentation.sweep import rank_command, resolve_script, run_env
-
     python = python or sys.executable
     lay = layout(spec.np, gpus_per_node=args.gpus_per_node, cpus_per_node=args.cpus_per_node)
     run_dir = Path(out) / spec.run_id
@@ -187,10 +196,6 @@ def write_scripts(plan, *, script: Sequence[str], out: Path, args: argparse.Name
 
     Also lists every run as ``pending`` in ``experiment.json``. Returns 0.
     """
-    from instrumentation.sweep import Experiment
-
-    if args.gpus_per_node < 1 or args.cpus_per_node < 1:
-        raise ValueError("--gpus-per-node and --cpus-per-node must be >= 1")
     scripts = {s.run_id: render_script(s, script=script, out=out, experiment=experiment, args=args,
                                        wrappers=wrappers) for s in plan}
     if args.dry_run:
@@ -219,17 +224,17 @@ def write_scripts(plan, *, script: Sequence[str], out: Path, args: argparse.Name
     return 0
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive ``flock`` on ``path`` (best effort where the file system has none)."""
-    with open(path, "a") as f:
-        try:
-            import fcntl
+def check_options(args: argparse.Namespace) -> None:
+    """ValueError naming the first ``--slurm`` option that cannot go into a script."""
+    if args.gpus_per_node < 1 or args.cpus_per_node < 1:
+        raise ValueError("--gpus-per-node and --cpus-per-node must be >= 1")
 
-            fcntl.flock(f, fcntl.LOCK_EX)
-        except (ImportError, OSError):
-            pass
-        yield
+
+def run(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, args: argparse.Namespace,
+        command: list[str], wrappers=()) -> int:
+    """``scalescope sweep --slurm``: write (``--dry-run``: print) the scripts of ``plan``."""
+    return write_scripts(plan, script=script, out=out, args=args, experiment=Path(out).name,
+                         command=command, wrappers=wrappers)
 
 
 def finalize_main(argv: Sequence[str] | None = None) -> int:
@@ -239,9 +244,6 @@ def finalize_main(argv: Sequence[str] | None = None) -> int:
     ``run.json`` and its entry in ``experiment.json``. The run's configuration comes from
     ``SCALESCOPE_CONFIG`` (exported by the script).
     """
-    from instrumentation.manifest import write_json_atomic
-    from instrumentation.sweep import RunSpec, finalize_run, load_experiment
-
     p = argparse.ArgumentParser(prog="python -m instrumentation.slurm finalize")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--run-id", required=True)
@@ -249,24 +251,18 @@ def finalize_main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         cfg = json.loads(os.environ.get("SCALESCOPE_CONFIG", "") or "{}")
-        spec = RunSpec(cfg["backend"], int(cfg["np"]), cfg.get("batch_size"), int(cfg["repeat"]),
-                       tuple((k, str(v)) for k, v in (cfg.get("vary") or {}).items()))
+        spec = RunSpec.from_config(cfg)
     except (ValueError, KeyError, TypeError) as exc:
         print(f"scalescope finalize: error: SCALESCOPE_CONFIG is missing or invalid ({exc})", file=sys.stderr)
         return 2
     experiment = cfg.get("experiment") or a.out.name
     entry = finalize_run(a.out / a.run_id, spec, exit_code=a.exit_code, experiment=experiment, command=[])
-    with _locked(a.out / ".experiment.lock"):
-        data = load_experiment(a.out) or {"format": "scalescope.experiment", "format_version": 1,
-                                          "name": experiment, "runs": []}
-        runs = [e for e in data.get("runs", []) if e.get("run_id") != a.run_id]
-        old = next((e for e in data.get("runs", []) if e.get("run_id") == a.run_id), {})
-        entry.pop("command", None)
-        merged = {**old, **entry}
-        index = next((i for i, e in enumerate(data.get("runs", [])) if e.get("run_id") == a.run_id), len(runs))
-        runs.insert(index, merged)
-        data["runs"] = runs
-        write_json_atomic(a.out / "experiment.json", data)
+    entry.pop("command", None)
+
+    def merge(entries: dict) -> None:
+        entries[a.run_id] = {**entries.get(a.run_id, {}), **entry}
+
+    update_entries(a.out, merge, name=experiment)
     print(f"scalescope: {a.run_id}: {entry['status']} (exit {a.exit_code})")
     return 0
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from instrumentation import sweep
+from instrumentation import local, sweep
 from instrumentation.sweep import RunSpec, classify_exit, plan_runs, run_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,12 +137,12 @@ def test_python_is_replaced_by_this_interpreter():
 
 def test_launch_commands():
     spec = RunSpec("ddp-gloo", 2, 75, 1)
-    cmd = sweep.launch_command(spec, ["py", "t.py"])
+    cmd = local.launch_command(spec, ["py", "t.py"])
     assert Path(cmd[0]).name == "torchrun"
     assert cmd[1:] == ["--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--no-python", "py", "t.py"]
-    assert sweep.launch_command(RunSpec("baseline", 1, 75, 1), ["py", "t.py"]) == ["py", "t.py"]
+    assert local.launch_command(RunSpec("baseline", 1, 75, 1), ["py", "t.py"]) == ["py", "t.py"]
     if (Path(sys.executable).parent / "horovodrun").exists():
-        hcmd = sweep.launch_command(RunSpec("horovod-mpi", 4, 75, 1), ["py", "t.py"])
+        hcmd = local.launch_command(RunSpec("horovod-mpi", 4, 75, 1), ["py", "t.py"])
         assert hcmd[1:] == ["-np", "4", "-H", "localhost:4", "--mpi", "py", "t.py"]
 
 

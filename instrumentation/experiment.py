@@ -1,0 +1,525 @@
+"""The run plan and the experiment record of a sweep, shared by local runs and SLURM jobs.
+
+* the plan: :data:`BACKENDS`, :class:`RunSpec` (one configuration and repeat = one run
+  directory) and :func:`plan_runs`;
+* what a run executes: :func:`resolve_script`, :func:`find_tool`, :func:`rank_command` (the
+  argv of every rank) and :func:`run_env` (the ``SCALESCOPE_*`` contract);
+* the record: :func:`classify_exit` and :func:`finalize_run` (a finished run's ``run.json``
+  and ``experiment.json`` entry), :func:`load_experiment`, :class:`Experiment` and
+  :func:`update_entries` (``experiment.json``, format in ``docs/run-directory.md``).
+
+Local execution (:mod:`instrumentation.local`) and SLURM scripts and jobs
+(:mod:`instrumentation.slurm`) both build on this module and never on each other. It runs on
+cluster login nodes and at the end of batch jobs: it imports neither torch nor pandas.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from instrumentation.manifest import write_json_atomic
+from instrumentation.recorder import closed_status, trace_path
+
+__all__ = [
+    "BACKENDS",
+    "EXPERIMENT_FORMAT",
+    "FINAL_STATUSES",
+    "FORMAT_VERSION",
+    "RUN_FORMAT",
+    "Experiment",
+    "RankWrapper",
+    "RunSpec",
+    "classify_exit",
+    "finalize_run",
+    "find_tool",
+    "load_experiment",
+    "log_tail",
+    "now",
+    "plan_runs",
+    "rank_command",
+    "resolve_script",
+    "run_env",
+    "summary",
+    "update_entries",
+]
+
+#: Backend label -> (framework, Horovod controller / DDP process-group backend).
+BACKENDS: dict[str, tuple[str, str]] = {
+    "horovod-gloo": ("horovod", "gloo"),
+    "horovod-mpi": ("horovod", "mpi"),
+    "ddp-gloo": ("ddp", "gloo"),
+    "ddp-nccl": ("ddp", "nccl"),
+    "ddp-mpi": ("ddp", "mpi"),
+    "baseline": ("none", ""),
+}
+
+EXPERIMENT_FORMAT = "scalescope.experiment"
+RUN_FORMAT = "scalescope.run"
+FORMAT_VERSION = 1
+#: Lines of a failed run's log kept in experiment.json.
+LOG_TAIL_LINES = 20
+#: Statuses of a run that has ended (the others: ``pending``, ``queued``, ``running``).
+FINAL_STATUSES = frozenset({"ok", "failed", "oom", "timeout", "killed"})
+
+
+# Out-of-memory signatures in a run's log. A bare "Killed" only counts together with a
+# SIGKILL exit (the kernel's OOM killer), see classify_exit.
+_OOM_PATTERNS = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|std::bad_alloc|\bMemoryError\b|"
+    r"CUBLAS_STATUS_ALLOC_FAILED|NCCL.*[Oo]ut of memory|oom-kill"
+)
+_SIGKILL_IN_LOG = re.compile(r"\bKilled\b|SIGKILL|signal 9\b|exitcode\s*:\s*-9\b")
+
+# ---------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One configuration and repeat of a sweep: one run directory.
+
+    ``backend`` is a label of :data:`BACKENDS`; ``batch_size`` is ``None`` when the sweep
+    does not set it; ``vary`` maps a script option (without ``--``) to its value.
+    """
+
+    backend: str
+    np: int
+    batch_size: int | None
+    repeat: int
+    vary: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def framework(self) -> str:
+        return BACKENDS[self.backend][0]
+
+    @property
+    def controller(self) -> str:
+        return BACKENDS[self.backend][1]
+
+    @property
+    def run_id(self) -> str:
+        parts = [self.backend, f"np{self.np}"]
+        if self.batch_size is not None:
+            parts.append(f"bs{self.batch_size}")
+        parts += [f"{_slug(k)}{_slug(v)}" for k, v in self.vary]
+        parts.append(f"r{self.repeat}")
+        return "_".join(parts)
+
+    def config(self, *, experiment: str) -> dict:
+        """The configuration recorded in the manifests and passed as ``SCALESCOPE_CONFIG``."""
+        return {
+            "backend": self.backend,
+            "framework": self.framework,
+            "np": self.np,
+            "batch_size": self.batch_size,
+            "repeat": self.repeat,
+            "vary": {k: _typed(v) for k, v in self.vary},
+            "experiment": experiment,
+        }
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> RunSpec:
+        """The spec back from :meth:`config` (``SCALESCOPE_CONFIG`` or an experiment entry).
+
+        Raises ``KeyError``/``ValueError``/``TypeError`` when ``cfg`` is not such a configuration.
+        """
+        backend = cfg["backend"]
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}")
+        bs = cfg.get("batch_size")
+        return cls(backend, int(cfg["np"]), None if bs is None else int(bs), int(cfg["repeat"]),
+                   tuple((str(k), str(v)) for k, v in (cfg.get("vary") or {}).items()))
+
+
+def _slug(value: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(value)).strip("-") or "x"
+
+
+def _typed(value: str) -> int | float | str:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def plan_runs(
+    *,
+    nps: Sequence[int],
+    backends: Sequence[str],
+    batch_sizes: Sequence[int | None] = (None,),
+    repeats: int = 1,
+    baseline: bool = False,
+    vary: Sequence[tuple[str, Sequence[str]]] = (),
+) -> list[RunSpec]:
+    """Every run of a sweep, in launch order.
+
+    Repeats are the outer loop (so slow drifts of the machine spread over all
+    configurations); within a repeat, for each batch size and ``vary`` combination, the
+    baseline (one process, no framework) comes first, then each backend at each rank count.
+    """
+    unknown = [b for b in backends if b not in BACKENDS or b == "baseline"]
+    if unknown:
+        raise ValueError(f"unknown backend {unknown[0]!r}; choose from {', '.join(list(BACKENDS)[:-1])}")
+    names = [n for n, _ in vary]
+    combos = list(itertools.product(*[vals for _, vals in vary])) or [()]
+    plan: list[RunSpec] = []
+    for r in range(1, repeats + 1):
+        for bs in batch_sizes:
+            for combo in combos:
+                v = tuple(zip(names, combo, strict=True))
+                if baseline:
+                    plan.append(RunSpec("baseline", 1, bs, r, v))
+                for backend in backends:
+                    for n in nps:
+                        plan.append(RunSpec(backend, n, bs, r, v))
+    return plan
+
+
+# ---------------------------------------------------------------------------------------
+# Commands and environment
+# ---------------------------------------------------------------------------------------
+
+_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+def resolve_script(script: Sequence[str], *, python: str | None = None) -> list[str]:
+    """The script command with ``python`` replaced by this interpreter (so the venv is used).
+
+    A command starting with a ``.py`` file gets the interpreter prepended.
+    """
+    if not script:
+        raise ValueError("no training command given (put it after `--`)")
+    python = python or sys.executable
+    cmd = list(script)
+    if _PYTHON_NAME.match(cmd[0]):
+        cmd[0] = python
+    elif cmd[0].endswith(".py"):
+        cmd.insert(0, python)
+    return cmd
+
+
+def find_tool(name: str, *, python: str | None = None) -> str:
+    """``name`` next to the interpreter (the venv's bin/), else on PATH; a clear error otherwise."""
+    here = Path(python or sys.executable).parent / name
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise FileNotFoundError(
+        f"{name} not found next to {python or sys.executable} nor on PATH "
+        f"(install {'horovod' if name == 'horovodrun' else 'torch'} in this environment)"
+    )
+
+
+#: Rank-command wrappers: each takes (argv, spec, run_dir) and returns the new argv of a rank.
+#: Profilers (nsys, torch profiler) add themselves here; the launchers never change.
+RankWrapper = Callable[[list[str], RunSpec, Path], list[str]]
+
+
+def rank_command(
+    spec: RunSpec, script: Sequence[str], run_dir: Path, *, wrappers: Sequence[RankWrapper] = ()
+) -> list[str]:
+    """The argv every rank of ``spec`` executes: the script command, then each wrapper applied.
+
+    ``--vary`` values are appended as ``--NAME VALUE``.
+    """
+    cmd = list(script)
+    for name, value in spec.vary:
+        cmd += [f"--{name}", value]
+    for wrap in wrappers:
+        cmd = list(wrap(cmd, spec, run_dir))
+    return cmd
+
+
+def run_env(
+    spec: RunSpec,
+    run_dir: Path,
+    *,
+    experiment: str,
+    sample_interval: float | None = None,
+    base: dict[str, str] | None = None,
+    mark_cycles: bool = False,
+) -> dict[str, str]:
+    """The environment of a run: ``base`` (default ``os.environ``) plus the SCALESCOPE_* contract.
+
+    Sets ``OMPI_ALLOW_RUN_AS_ROOT*`` only for MPI launches and only when running as root.
+    """
+    env = dict(os.environ if base is None else base)
+    run_dir = Path(run_dir).resolve()
+    env.update({
+        "SCALESCOPE_RUN_DIR": str(run_dir),
+        "SCALESCOPE_RUN_ID": spec.run_id,
+        "SCALESCOPE_FRAMEWORK": spec.framework,
+        "SCALESCOPE_BACKEND": spec.controller,
+        "SCALESCOPE_CONFIG": json.dumps(spec.config(experiment=experiment), sort_keys=True),
+    })
+    if spec.batch_size is not None:
+        env["SCALESCOPE_BATCH_SIZE"] = str(spec.batch_size)
+    else:
+        env.pop("SCALESCOPE_BATCH_SIZE", None)
+    if sample_interval is not None:
+        env["SCALESCOPE_SAMPLE_INTERVAL"] = str(sample_interval)
+    for key in ("HOROVOD_TIMELINE", "HOROVOD_TIMELINE_MARK_CYCLES"):
+        env.pop(key, None)
+    if spec.framework == "horovod":
+        env["HOROVOD_TIMELINE"] = str(run_dir / "horovod_timeline.json")
+        if mark_cycles:  # one CYCLE_START per background cycle (~1 ms, even idle): large files
+            env["HOROVOD_TIMELINE_MARK_CYCLES"] = "1"
+    if spec.controller == "mpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+# ---------------------------------------------------------------------------------------
+# Outcome of a run
+# ---------------------------------------------------------------------------------------
+
+
+def _read_tail(path: Path, *, max_bytes: int = 65536) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def log_tail(run_dir: Path, *, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the run's stderr.log (stdout.log when stderr is empty)."""
+    for name in ("stderr.log", "stdout.log"):
+        text = _read_tail(Path(run_dir) / name).rstrip()
+        if text:
+            return "\n".join(text.splitlines()[-lines:])
+    return ""
+
+
+def classify_exit(exit_code: int | None, log_text: str) -> str:
+    """``ok``, ``oom`` or ``failed`` from a finished run's exit code and log text.
+
+    ``oom``: the log shows an out-of-memory error (``CUDA out of memory``,
+    ``OutOfMemoryError``, ``std::bad_alloc``, ``MemoryError``), or a ``Killed``/SIGKILL
+    together with exit status -9 or 137 (the kernel's OOM killer), or a launcher that
+    reports a rank killed by SIGKILL.
+    """
+    if exit_code == 0:
+        return "ok"
+    if _OOM_PATTERNS.search(log_text):
+        return "oom"
+    if exit_code in (-9, 137) and _SIGKILL_IN_LOG.search(log_text):
+        return "oom"
+    if re.search(r"exitcode\s*:\s*-9\b|exited on signal 9|Signal 9 \(SIGKILL\)", log_text):
+        return "oom"
+    return "failed"
+
+
+def now() -> str:
+    """The current time, ISO 8601 with the local time zone (as in the manifests)."""
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def _minimal_manifest(spec: RunSpec, *, experiment: str, command: list[str]) -> dict:
+    keys = ["start_time", "end_time", "world_size", "n_nodes", "ranks_per_host", "ranks", "horovod",
+            "versions", "gpu", "batch_size", "global_batch_size", "learning_rate", "lr_scaling",
+            "epochs", "dataset_size", "n_params", "slurm", "sampler", "tags", "clock", "profilers"]
+    m = {"format": RUN_FORMAT, "format_version": FORMAT_VERSION, "run_id": spec.run_id,
+         "status": "failed", "exit_code": None, **dict.fromkeys(keys)}
+    m.update({
+        "world_size": spec.np, "framework": spec.framework, "backend": spec.controller or None,
+        "batch_size": spec.batch_size, "command": command, "config": spec.config(experiment=experiment),
+        "note": "written by the sweep launcher: the training process wrote no run.json",
+    })
+    return m
+
+
+def finalize_run(
+    run_dir: Path,
+    spec: RunSpec,
+    *,
+    exit_code: int | None,
+    status: str | None = None,
+    experiment: str,
+    command: list[str],
+    wall_s: float | None = None,
+) -> dict:
+    """Record a finished run: set ``status``/``exit_code`` in its ``run.json`` (writing a
+    minimal one if the training never did) and return its ``experiment.json`` entry.
+
+    ``status`` overrides the classification (``timeout``, ``killed``); otherwise it comes
+    from :func:`classify_exit` on the exit code and the logs.
+    """
+    run_dir = Path(run_dir)
+    log_text = _read_tail(run_dir / "stderr.log") + "\n" + _read_tail(run_dir / "stdout.log")
+    path = run_dir / "run.json"
+    manifest = None
+    with contextlib.suppress(OSError, ValueError):
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(manifest, dict):
+        manifest = _minimal_manifest(spec, experiment=experiment, command=command)
+    exit_note = None
+    if status is None:
+        status = classify_exit(exit_code, log_text)
+        if status == "failed" and _finished_before_exit(run_dir, manifest):
+            status = "ok"
+            exit_note = (f"exit code {exit_code} after training finished: every rank closed its "
+                         "trace and rank 0 recorded status ok, so the data is complete (a crash "
+                         "in interpreter teardown, e.g. a DDP model alive after "
+                         "destroy_process_group; see docs/instrumentation.md)")
+    manifest["status"] = status
+    manifest["exit_code"] = exit_code
+    if exit_note:
+        manifest["exit_note"] = exit_note
+    if manifest.get("config") is None:
+        manifest["config"] = spec.config(experiment=experiment)
+    if not manifest.get("end_time"):
+        manifest["end_time"] = now()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, manifest)
+    entry = {"run_id": spec.run_id, "status": status, "exit_code": exit_code,
+             "config": spec.config(experiment=experiment), "wall_s": None if wall_s is None else round(wall_s, 3),
+             "command": command}
+    if status != "ok" or exit_note:
+        entry["log_tail"] = log_tail(run_dir)
+    if exit_note:
+        entry["exit_note"] = exit_note
+    return entry
+
+
+def _finished_before_exit(run_dir: Path, manifest: dict) -> bool:
+    """Did the training finish (rank 0's ``finish()`` wrote status ok and every rank closed
+    its trace with status ok) before the process tree exited non-zero?"""
+    if manifest.get("status") != "ok" or not manifest.get("end_time"):
+        return False
+    world = manifest.get("world_size")
+    if not isinstance(world, int) or world < 1:
+        return False
+    # a rank stopped by SIGTERM closes "killed"; one that died leaves its trace open
+    return all(closed_status(trace_path(run_dir, rank)) == "ok" for rank in range(world))
+
+
+# ---------------------------------------------------------------------------------------
+# Experiment manifest
+# ---------------------------------------------------------------------------------------
+
+
+def load_experiment(out: Path) -> dict | None:
+    """The existing ``experiment.json`` of ``out``, or ``None``; unreadable -> ValueError."""
+    path = Path(out) / "experiment.json"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read the existing experiment manifest ({exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != EXPERIMENT_FORMAT:
+        raise ValueError(f"{path}: not a scalescope experiment manifest")
+    if int(data.get("format_version", 0)) > FORMAT_VERSION:
+        raise ValueError(f"{path}: format_version {data.get('format_version')} is newer than this scalescope")
+    return data
+
+
+@dataclass
+class Experiment:
+    """``experiment.json`` in memory: runs in plan order, older unplanned runs kept at the end."""
+
+    out: Path
+    name: str
+    command: list[str]
+    script: list[str]
+    created: str = field(default_factory=now)
+    entries: dict[str, dict] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, out: Path, *, command: list[str], script: list[str], plan: Sequence[RunSpec],
+             experiment: str, keep: Sequence[str] = ("ok",)) -> Experiment:
+        """The experiment of ``plan`` in ``out``: each planned run's entry, reset to ``pending``
+        unless its status is in ``keep`` (a resumed sweep keeps finished runs; a resumed SLURM
+        submission also keeps ``queued``/``running`` jobs)."""
+        old = load_experiment(out) or {}
+        exp = cls(out=Path(out), name=experiment, command=command, script=script,
+                  created=old.get("created") or now())
+        previous = {e.get("run_id"): e for e in old.get("runs", []) if isinstance(e, dict)}
+        for spec in plan:
+            entry = previous.pop(spec.run_id, None)
+            if entry is None or entry.get("status") not in keep:
+                entry = {**(entry or {}), "run_id": spec.run_id, "status": "pending", "exit_code": None,
+                         "config": spec.config(experiment=experiment), "wall_s": None}
+            exp.entries[spec.run_id] = entry
+        exp.entries.update(previous)  # runs of an earlier, different sweep stay listed
+        return exp
+
+    def is_done(self, spec: RunSpec) -> bool:
+        entry = self.entries.get(spec.run_id, {})
+        manifest = self.out / spec.run_id / "run.json"
+        return entry.get("status") == "ok" and manifest.exists()
+
+    def set(self, entry: dict) -> None:
+        self.entries[entry["run_id"]] = entry
+        self.save()
+
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        with _locked(self.out / ".experiment.lock"):
+            write_json_atomic(self.out / "experiment.json", {
+                "format": EXPERIMENT_FORMAT, "format_version": FORMAT_VERSION, "name": self.name,
+                "created": self.created, "updated": now(), "command": self.command, "script": self.script,
+                **self.extra, "runs": list(self.entries.values()),
+            })
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (best effort where the file system has none)."""
+    with open(path, "a") as f:
+        try:
+            import fcntl
+
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            pass
+        yield
+
+
+def update_entries(out: Path, update: Callable[[dict], dict | None], *, name: str | None = None) -> dict:
+    """Read-modify-write ``experiment.json`` under a lock shared by every writer that may run
+    concurrently (the sweep waiting for SLURM jobs, each job's finalize step).
+
+    ``update(entries)`` gets the entries by ``run_id`` (in order) and changes them in place;
+    a run not listed yet is appended. Returns the manifest written.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with _locked(out / ".experiment.lock"):
+        data = load_experiment(out) or {"format": EXPERIMENT_FORMAT, "format_version": FORMAT_VERSION,
+                                        "name": name or out.name, "created": now(), "runs": []}
+        entries = {e.get("run_id"): e for e in data.get("runs", []) if isinstance(e, dict)}
+        update(entries)
+        data["runs"] = list(entries.values())
+        data["updated"] = now()
+        write_json_atomic(out / "experiment.json", data)
+    return data
+
+
+def summary(entries: dict[str, dict], plan: Sequence[RunSpec], out: Path) -> tuple[str, bool]:
+    """The closing line of a sweep (``N/M runs ok; not ok: ...``) and whether every run is ok."""
+    bad = [s.run_id for s in plan if entries.get(s.run_id, {}).get("status") != "ok"]
+    line = (f"scalescope sweep: {len(plan) - len(bad)}/{len(plan)} runs ok"
+            + (f"; not ok: {', '.join(bad)}" if bad else "") + f"; manifest {Path(out) / 'experiment.json'}")
+    return line, not bad

@@ -1,0 +1,238 @@
+"""Local execution of a sweep: each run's process tree on this machine, one after the other.
+
+``horovodrun`` (Horovod), ``torchrun --standalone`` (DDP) or plain ``python`` (the baseline)
+around every rank's command; each run's stdout/stderr go to ``stdout.log``/``stderr.log`` in
+its directory; a failed run is recorded (``failed``, ``oom``, ``timeout`` or ``killed``, with
+its exit code and log tail) and the sweep goes on; ``experiment.json`` is rewritten
+atomically after every run; runs already ``ok`` are skipped. The plan, the environment and
+the record come from :mod:`instrumentation.experiment`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from instrumentation.experiment import (
+    Experiment,
+    RankWrapper,
+    RunSpec,
+    finalize_run,
+    find_tool,
+    now,
+    rank_command,
+    resolve_script,
+    run_env,
+    summary,
+)
+from instrumentation.progress import Progress
+
+__all__ = ["KILL_GRACE_S", "LocalOptions", "check_tools", "dry_run", "execute", "launch_command", "run_local"]
+
+#: Seconds between SIGTERM and SIGKILL when a run is stopped.
+KILL_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """How the runs of a local sweep are executed.
+
+    ``extra_env`` is added to every run's environment (profiler variables); ``after_run(run_dir,
+    spec)`` is called after each run is recorded (profiler manifests).
+    """
+
+    timeout_s: float | None = None
+    sample_interval: float | None = None
+    mark_cycles: bool = False
+    wrappers: Sequence[RankWrapper] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    after_run: Callable[[Path, RunSpec], None] | None = None
+
+
+def launch_command(spec: RunSpec, rank_cmd: Sequence[str], *, python: str | None = None) -> list[str]:
+    """The local launcher around a rank command: horovodrun, torchrun, or nothing (baseline)."""
+    n = str(spec.np)
+    if spec.framework == "horovod":
+        controller = "--gloo" if spec.controller == "gloo" else "--mpi"
+        return [find_tool("horovodrun", python=python), "-np", n, "-H", f"localhost:{n}", controller, *rank_cmd]
+    if spec.framework == "ddp":
+        return [find_tool("torchrun", python=python), "--standalone", "--nnodes", "1", "--nproc-per-node", n,
+                "--no-python", *rank_cmd]
+    return list(rank_cmd)
+
+
+def check_tools(plan: Sequence[RunSpec]) -> None:
+    """FileNotFoundError naming the launcher a planned run needs and this environment lacks."""
+    if any(s.framework == "horovod" for s in plan):
+        find_tool("horovodrun")
+    if any(s.framework == "ddp" for s in plan):
+        find_tool("torchrun")
+
+
+def dry_run(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, opts: LocalOptions) -> None:
+    """Print each run's environment contract and launch command; run and write nothing."""
+    resolved = resolve_script(script)
+    extra = "".join(f"{k}={v} " for k, v in opts.extra_env.items())
+    for spec in plan:
+        cmd = launch_command(spec, rank_command(spec, resolved, Path(out) / spec.run_id, wrappers=opts.wrappers))
+        print(f"{spec.run_id}: SCALESCOPE_FRAMEWORK={spec.framework} "
+              f"SCALESCOPE_BACKEND={spec.controller} {extra}{shlex.join(cmd)}")
+
+
+# ---------------------------------------------------------------------------------------
+# The run loop
+# ---------------------------------------------------------------------------------------
+
+
+def run_local(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, command: list[str],
+              opts: LocalOptions) -> int:
+    """Run every planned run not yet ``ok`` here, one after the other.
+
+    Returns 0 when every run is ``ok``, 1 when any is not, 130 when interrupted (Ctrl-C or
+    SIGTERM to the sweep; the running run is stopped and recorded as ``killed``).
+    """
+    out = Path(out)
+    exp = Experiment.open(out, command=command, script=list(script), plan=plan, experiment=out.name)
+    exp.save()
+    todo = [s for s in plan if not exp.is_done(s)]
+    skipped = len(plan) - len(todo)
+    progress = Progress(len(todo))
+    progress.print(f"scalescope sweep: {len(plan)} runs into {out}"
+                   + (f" ({skipped} already ok, skipped)" if skipped else ""))
+    resolved = resolve_script(script)
+    previous_term = _sigterm_as_interrupt()
+    try:
+        for spec in todo:
+            if not _run_one(spec, exp=exp, resolved=resolved, opts=opts, progress=progress):
+                progress.print("scalescope sweep: interrupted; run the same command again to resume")
+                return 130
+    except KeyboardInterrupt:  # between runs: nothing is running, the manifest is current
+        progress.print("scalescope sweep: interrupted; run the same command again to resume")
+        return 130
+    finally:
+        progress.close()
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+    line, all_ok = summary(exp.entries, plan, out)
+    progress.print(line)
+    return 0 if all_ok else 1
+
+
+def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: LocalOptions,
+             progress: Progress) -> bool:
+    """Run and record one run; ``False`` when the sweep was interrupted during it."""
+    run_dir = exp.out / spec.run_id
+    _set_aside(run_dir, exp.out)
+    cmd = launch_command(spec, rank_command(spec, resolved, run_dir, wrappers=opts.wrappers))
+    env = {**run_env(spec, run_dir, experiment=exp.name, sample_interval=opts.sample_interval,
+                     mark_cycles=opts.mark_cycles), **opts.extra_env}
+    started = now()
+    exp.set({**exp.entries[spec.run_id], "status": "running", "start_time": started, "command": cmd})
+    progress.start(spec.run_id)
+    t0 = time.monotonic()
+    interrupted = False
+    try:
+        code, override = execute(cmd, env=env, run_dir=run_dir, timeout_s=opts.timeout_s)
+    except _Interrupted as intr:
+        code, override, interrupted = intr.exit_code, "killed", True
+    except OSError as exc:  # the launcher itself could not start
+        with open(run_dir / "stderr.log", "a", encoding="utf-8") as f:
+            f.write(f"[scalescope sweep] cannot start {cmd[0]}: {exc}\n")
+        code, override = None, "failed"
+    wall = time.monotonic() - t0
+    entry = finalize_run(run_dir, spec, exit_code=code, status=override, experiment=exp.name,
+                         command=cmd, wall_s=wall)
+    if opts.after_run is not None and not interrupted:
+        opts.after_run(run_dir, spec)
+    exp.set({**entry, "start_time": started, "end_time": now()})
+    if interrupted:
+        progress.finish(spec.run_id, "killed", wall, counted=False)
+        return False
+    progress.finish(spec.run_id, entry["status"] + ("" if code in (0, None) else f" (exit {code})"), wall)
+    if entry.get("exit_note"):
+        progress.print(f"scalescope sweep: warning: {spec.run_id}: {entry['exit_note']}")
+    return True
+
+
+# ---------------------------------------------------------------------------------------
+# Running one process tree
+# ---------------------------------------------------------------------------------------
+
+
+def _stop_group(proc: subprocess.Popen, *, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the run's process group (so instrumentation flushes), SIGKILL after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def execute(
+    cmd: Sequence[str], *, env: dict[str, str], run_dir: Path, timeout_s: float | None = None
+) -> tuple[int | None, str | None]:
+    """Run ``cmd`` with stdout/stderr streamed to ``run_dir``'s logs.
+
+    Returns ``(exit_code, status_override)``: ``timeout`` after ``timeout_s``; on Ctrl-C the
+    run is stopped, recorded as ``killed``, and KeyboardInterrupt propagates afterwards
+    (the caller records it first). ``exit_code`` is negative when a signal ended the process.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "stdout.log", "ab") as out, open(run_dir / "stderr.log", "ab") as err:
+        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+            return proc.returncode, None
+        except subprocess.TimeoutExpired:
+            err.write(f"\n[scalescope sweep] timeout after {timeout_s} s: stopping the run\n".encode())
+            err.flush()
+            _stop_group(proc)
+            return proc.returncode, "timeout"
+        except KeyboardInterrupt:
+            err.write(b"\n[scalescope sweep] interrupted (Ctrl-C): stopping the run\n")
+            err.flush()
+            _stop_group(proc)
+            raise _Interrupted(proc.returncode) from None
+
+
+class _Interrupted(Exception):
+    def __init__(self, exit_code: int | None):
+        super().__init__("interrupted")
+        self.exit_code = exit_code
+
+
+def _sigterm_as_interrupt():
+    """Treat SIGTERM to the sweep (``kill``, a batch system) like Ctrl-C; returns the old handler."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _set_aside(run_dir: Path, out: Path) -> None:
+    """Move an earlier, unfinished attempt's files to ``out/.attempts/`` so runs never mix."""
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return
+    dest_root = out / ".attempts"
+    dest_root.mkdir(exist_ok=True)
+    for k in itertools.count(1):
+        dest = dest_root / f"{run_dir.name}-{k}"
+        if not dest.exists():
+            run_dir.rename(dest)
+            return
