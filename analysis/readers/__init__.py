@@ -202,14 +202,14 @@ def _read_cache(path: Path, reader: Reader) -> pd.DataFrame:
     """
     import pyarrow.parquet as pq
 
-    from analysis.readers._chrome import _NP_INT, const_category, na_int
+    from analysis.readers._assembly import NP_INT, const_category, na_int
 
     columns = schema.EVENT_COLUMNS if reader.kind == "events" else schema.SAMPLE_COLUMNS
     with pq.ParquetFile(path) as f:  # one file: no dataset discovery as in read_table
         names = f.schema_arrow.names
         n = f.metadata.num_rows
         lazy = {c for c in _all_null_columns(f.metadata)
-                if columns.get(c) == "category" or columns.get(c) in _NP_INT}
+                if columns.get(c) == "category" or columns.get(c) in NP_INT}
         table = f.read(columns=[c for c in names if c not in lazy])
     df = table.to_pandas(split_blocks=True, self_destruct=True)
     del table

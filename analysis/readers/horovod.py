@@ -64,8 +64,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io
-from analysis.readers import _chrome, default_run_id, register
-from analysis.schema import KINDS, make_events
+from analysis.readers import _assembly, _chrome, default_run_id, register
+from analysis.schema import KINDS
 
 NAME = "horovod"
 
@@ -334,13 +334,9 @@ _PH_ODD = 255  # a phase that is not one ASCII character
 _OPEN = np.iinfo(np.int64).max  # "E record" of a span still open
 _NEG_TICK = -2  # name code of a tick outside any negotiation: "NEGOTIATE"
 _BYTES_CACHE_MAX = 1 << 16
-_GROUPS = {
-    "spans": {"rec": np.int64, "name": np.int32, "top": bool, "start": np.int64,
-              "dur": np.int64, "pid": np.int32},
-    "ticks": {"name": np.int32, "rank": np.int32, "start": np.int64, "pid": np.int32},
-    "other": {"name": np.int32, "start": np.int64, "pid": np.int32},
-    "inst": {"name": np.int32, "start": np.int64, "pid": np.int32},
-}
+#: Row groups, in storage order: spans (rec, name, top, start, dur, pid), readiness ticks
+#: (name, rank, start, pid), other X records and instants (name, start, pid).
+_GROUPS = ("spans", "ticks", "other", "inst")
 
 
 class _Stream:
@@ -353,7 +349,7 @@ class _Stream:
 
     def __init__(self, damage: _chrome.Damage) -> None:
         self.damage = damage
-        self.names = _chrome.Categories()
+        self.names = _assembly.Categories()
         self.cats: list[str] = []
         # per-name-category properties; the extra last slot serves code -1 (no name)
         self.neg_of = np.zeros(1, dtype=bool)
@@ -377,12 +373,7 @@ class _Stream:
         self.c_ts = np.zeros(0, dtype=np.int64)
         self.c_name = np.zeros(0, dtype=np.int32)
         self.benign_pids: set[int] = set()
-        self.n_spans = 0
-        self.bytes_at: list[np.ndarray] = []  # span number (in storage order) -> payload
-        self.bytes_val: list[np.ndarray] = []
-        self.rows: dict[str, dict[str, list[np.ndarray]]] = {
-            g: {c: [] for c in cols} for g, cols in _GROUPS.items()
-        }
+        self.rows = _assembly.Assembler(_GROUPS)  # the output rows, and sparse "bytes"
 
     def _grow_props(self) -> None:
         new = [str(c) for c in list(self.names.index)[len(self.cats):]]
@@ -402,11 +393,6 @@ class _Stream:
                                           for c in new], [False]])
         self.rank_of = np.concatenate([self.rank_of[:-1], np.array(ranks, dtype=np.int32),
                                        np.full(1, -1, dtype=np.int32)])
-
-    def _emit(self, group: str, **cols: np.ndarray) -> None:
-        out = self.rows[group]
-        for k, v in cols.items():
-            out[k].append(v)
 
     def add(self, recs: list) -> None:
         n = len(recs)
@@ -475,10 +461,9 @@ class _Stream:
                 hit = np.minimum(np.searchsorted(a_pos, e_loc), a_pos.size - 1)
                 ok = a_pos[hit] == e_loc
                 if ok.any():
-                    self.bytes_at.append(self.n_spans + np.flatnonzero(ok))
-                    self.bytes_val.append(a_val[hit[ok]])
-            self.n_spans += b_pos.size
-            self._emit("spans", rec=comb_rec[b_pos], name=comb_name[b_pos], top=level == 1,
+                    self.rows.add_sparse("bytes", self.rows.sizes["spans"] + np.flatnonzero(ok),
+                                         a_val[hit[ok]], group="spans")
+            self.rows.add("spans", rec=comb_rec[b_pos], name=comb_name[b_pos], top=level == 1,
                        start=start, dur=dur, pid=comb_pid[b_pos].astype(np.int32))
         kept = (self.c_rec[ck], self.c_pid[ck], self.c_ts[ck], self.c_name[ck])
 
@@ -501,13 +486,13 @@ class _Stream:
             enc = _enclosing(base + ti, pid[ti], cand_b, cand_e, cand_pid)
             tname = (np.where(enc >= 0, cand_name[np.maximum(enc, 0)], _NEG_TICK)
                      if cand_name.size else np.full(ti.size, _NEG_TICK))  # no negotiation
-            self._emit("ticks", name=tname.astype(np.int32), rank=xr[is_tick], start=ts_ns[ti],
+            self.rows.add("ticks", name=tname.astype(np.int32), rank=xr[is_tick], start=ts_ns[ti],
                        pid=pid[ti].astype(np.int32))
         if oi.size:
-            self._emit("other", name=names[oi], start=ts_ns[oi], pid=pid[oi].astype(np.int32))
+            self.rows.add("other", name=names[oi], start=ts_ns[oi], pid=pid[oi].astype(np.int32))
         ii = np.flatnonzero(np.isin(ph, _PH_INSTANT) & has_ts)
         if ii.size:
-            self._emit("inst", name=names[ii], start=ts_ns[ii], pid=pid[ii].astype(np.int32))
+            self.rows.add("inst", name=names[ii], start=ts_ns[ii], pid=pid[ii].astype(np.int32))
 
         # carry the B records still open
         self.c_rec = np.concatenate([kept[0], comb_rec[open_pos]])
@@ -676,248 +661,79 @@ def _damage_notes(st: _Stream) -> None:
         damage.notes.append(f"{st.missing_ts} record(s) without a ts were dropped")
 
 
-def _blocks(pieces: list[np.ndarray]):
-    """``(storage offset within the list, block of a piece)`` over a piece list, in order."""
-    at = 0
-    for p in pieces:
-        for b in _chrome.row_blocks(p.size):
-            yield at + b.start, p[b]
-        at += p.size
-
-
-def _late_spans(rec: list[np.ndarray]) -> np.ndarray:
-    """Storage indices of the spans whose B record comes before that of an earlier-stored
-    span (carried over chunks, so stored late): every inversion of B order involves one."""
-    out = []
-    top = np.int64(-1)  # running max of the record numbers stored so far
-    for at, x in _blocks(rec):
-        cm = np.maximum.accumulate(x)
-        np.maximum(cm, top, out=cm)
-        prev = np.empty_like(cm)
-        prev[0] = top
-        prev[1:] = cm[:-1]
-        late = np.flatnonzero(x < prev)
-        if late.size:
-            out.append(at + late)
-        top = cm[-1]
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-
-
-class _TieOrder:
-    """Puts tied spans in B-record order: ``refine`` for :class:`_chrome.TimeOrder`.
-
-    The stable sort by start leaves tied rows in storage order: spans, ticks, other X,
-    instants. Among tied spans that is B order unless a late span (:func:`_late_spans`) is
-    among them, so only the tie runs at the start times of late spans are re-sorted, by
-    (span first, B record for spans, storage index otherwise). Holds the record numbers of
-    the spans starting at those times only.
-    """
-
-    def __init__(self, rec: list[np.ndarray], start: np.ndarray, n_spans: int) -> None:
-        late = _late_spans(rec)
-        self.times = np.unique(start[late]) if late.size else None
-        del late
-        self.n_spans = n_spans
-        idx, val = [], []
-        if self.times is not None:
-            times = self.times
-            for at, x in _blocks(rec):
-                v = start[at : at + x.size]
-                k = np.minimum(np.searchsorted(times, v), times.size - 1)
-                hit = np.flatnonzero(times[k] == v)
-                if hit.size:
-                    idx.append(at + hit)
-                    val.append(x[hit])
-        rec.clear()
-        _chrome.release_freed_memory()
-        self.idx = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)  # ascending
-        self.rec = np.concatenate(val) if val else np.zeros(0, dtype=np.int64)
-
-    def __call__(self, order: np.ndarray, sorted_start: np.ndarray) -> None:
-        if self.times is None:
-            return
-        lo = np.searchsorted(sorted_start, self.times, "left")
-        hi = np.searchsorted(sorted_start, self.times, "right")
-        keep = hi - lo > 1
-        lo, lens = lo[keep], (hi - lo)[keep]
-        ends = np.cumsum(lens)
-        i = 0
-        while i < lo.size:  # a batch of runs of about BLOCK_ROWS rows in all
-            j = int(np.searchsorted(ends, ends[i] - lens[i] + _chrome.BLOCK_ROWS, "right"))
-            j = max(j, i + 1)
-            ln = lens[i:j]
-            seg = np.repeat(np.arange(ln.size), ln)
-            first = np.cumsum(ln) - ln
-            at = np.arange(int(ln.sum())) - np.repeat(first - lo[i:j], ln)
-            idx = order[at]
-            other = idx >= self.n_spans
-            sec = idx.copy()
-            span = ~other
-            sec[span] = self.rec[np.searchsorted(self.idx, idx[span])]
-            order[at] = idx[np.lexsort((sec, other, seg))]
-            i = j
-
-
 def _build(st: _Stream, run_id: str) -> pd.DataFrame:
-    """The frame from the accumulated rows (per-chunk pieces of each column).
-
-    Memory stays the frame plus a bounded buffer: the start times are gathered in storage
-    order and sorted in place (:class:`_chrome.TimeOrder`, which keeps one int32 output
-    position per row); every other column is allocated once in time order and each piece is
-    scattered to its rows, its derived values (kind, cat, narrowed name and tensor codes)
-    computed block by block (:data:`_chrome.BLOCK_ROWS`), and freed as it goes
-    (:func:`_chrome.drain`), so pieces shrink while the columns grow. The one transient of
-    row length, the sort's int64 permutation, exists before any other column is built, and
-    the tie fix-up (:class:`_TieOrder`) works in batches of :data:`_chrome.BLOCK_ROWS` rows.
-
-    The row order: by start, ties in the order spans (by their B record: a span carried
-    over chunks is stored late), ticks, other X, instants; the same order as reading the
-    whole file at once.
-    """
+    """The frame from the streamed rows (:class:`_assembly.Assembler`, which bounds the
+    memory). Row order: by start; tied rows are spans in B-record order (a span carried
+    over chunks is stored late, so the record number is the tie key), then ticks, other X
+    and instants: the order of matching the whole file at once."""
     _damage_notes(st)
-    offset_ns = st.epoch_us * 1000 if st.epoch_us is not None else 0
-
-    cats = st.cats
-    n_cats = len(cats)
-    kind_names = list(KINDS)
-    K = {k: np.int8(i) for i, k in enumerate(kind_names)}
-    # per-name-category properties; the extra last slot serves code -1 (no name)
-    act_kind_of = np.array([kind_names.index(_activity_kind(c)) for c in cats]
-                           + [kind_names.index("other")], dtype=np.int8)
-    cycle_of = np.array([c == "CYCLE_START" for c in cats] + [False], dtype=bool)
-    neg_of = st.neg_of
-    cat_names = ["negotiate", "op", "activity", "rank_ready", "cycle", "instant"]
-    CN, CO, CA, CR, CC, CI = (np.int8(i) for i in range(6))
-
     rows = st.rows
-    sizes = {g: sum(a.size for a in rows[g]["start"]) for g in _GROUPS}
-    n = sum(sizes.values())
-    first = dict(zip(_GROUPS, np.cumsum([0] + [sizes[g] for g in _GROUPS])[:-1].tolist(),
-                     strict=True))  # storage offset of each group
-    n_spans = sizes["spans"]
-
-    # start times in storage order (spans, ticks, other X, instants), then in time order
-    start = _chrome.concat_pieces([p for g in _GROUPS for p in rows[g].pop("start")], np.int64)
-    ties = _TieOrder(rows["spans"].pop("rec"), start, n_spans)
-    order = _chrome.TimeOrder(start, refine=ties)
-    del ties
-    if offset_ns:
-        start += offset_ns
-
-    def blocks(group: str, *cols: str):
-        """``(stored row, block of each column)`` over a group's pieces, freeing them."""
-        at = first[group]
-        for ps in _chrome.drain(*(rows[group].pop(c) for c in cols)):
-            for b in _chrome.row_blocks(ps[0].size):
-                yield (at + b.start, *(p[b] for p in ps))
-            at += ps[0].size
-
-    def fill(out: np.ndarray, group: str, value) -> None:
-        order.scatter(out, value, first[group], sizes[group])
-
-    dur = np.empty(n, dtype=np.int64)
-    for at, d in blocks("spans", "dur"):
-        order.scatter(dur, d, at)
-    for g in ("ticks", "other", "inst"):
-        fill(dur, g, 0)
-
-    # name codes; a tick outside any negotiation is "NEGOTIATE", an unnamed record
-    # "<unnamed>": code c is looked up at c + 2 (slot 0: _NEG_TICK, slot 1: -1)
-    seen = np.zeros(n_cats + 2, dtype=bool)
-    for g in _GROUPS:
-        for _, x in _blocks(rows[g]["name"]):
-            seen[x + 2] = True
-    remap, names_kept = _chrome.code_map(np.concatenate([seen[2:], seen[:2]]),
-                                         [*cats, "NEGOTIATE", "<unnamed>"])
-    name_of = np.concatenate([remap[n_cats + 1 :], remap[1 : n_cats + 1]])
-    del seen, remap
-    name = np.empty(n, dtype=name_of.dtype)
-    kind = np.empty(n, dtype=np.int8)
-    cat = np.empty(n, dtype=np.int8)
-    for at, x, top in blocks("spans", "name", "top"):
-        neg = neg_of[x]
-        order.scatter(name, name_of[x + 2], at)
-        order.scatter(kind, np.where(neg, K["negotiate"],
-                                     np.where(top, K["comm"], act_kind_of[x])), at)
-        order.scatter(cat, np.where(neg, CN, np.where(top, CO, CA)), at)
-    for at, x in blocks("ticks", "name"):
-        order.scatter(name, name_of[x + 2], at)
-    fill(kind, "ticks", K["marker"])
-    fill(cat, "ticks", CR)
-    for at, x in blocks("other", "name"):
-        order.scatter(name, name_of[x + 2], at)
-        order.scatter(kind, act_kind_of[x], at)
-    fill(cat, "other", CA)
-    for at, x in blocks("inst", "name"):
-        order.scatter(name, name_of[x + 2], at)
-        order.scatter(cat, np.where(cycle_of[x], CC, CI), at)
-    fill(kind, "inst", K["marker"])
-    name = _chrome.categorical(name, names_kept)
-    kind = _chrome.from_codes(kind, kind_names, inplace=True)
-    cat = _chrome.from_codes(cat, cat_names, inplace=True)
-
-    rank = np.empty(n, dtype=np.int32)
-    for at, r in blocks("ticks", "rank"):
-        order.scatter(rank, r, at)
-    for g in ("spans", "other", "inst"):
-        fill(rank, g, 0)
-
-    # payloads: st.bytes_at are span numbers, and spans come first in storage order
-    nbytes = _chrome.lazy_zeros(n, np.int64)
-    nbytes_na = np.ones(n, dtype=bool)
-    for at_p, val_p in _chrome.drain(st.bytes_at, st.bytes_val):
-        for b in _chrome.row_blocks(at_p.size):
-            r = order.rows(at_p[b])
-            nbytes[r] = val_p[b]
-            nbytes_na[r] = False
-    st.bytes_at = st.bytes_val = []
-
-    # tensor names by pid
+    names = rows.codes("name", st.cats, negative=("NEGOTIATE", "<unnamed>"))
+    start = rows.order("start", tie_key="rec",
+                       offset=st.epoch_us * 1000 if st.epoch_us is not None else 0)
+    dur = rows.empty(np.int64)
+    rows.place(dur, "spans", ("dur",))
+    rows.fill(dur, ("ticks", "other", "inst"), 0)
+    rule = _Rules(st.cats, st.neg_of)
+    name, kind, cat = rows.empty(names.dtype), rows.empty(np.int8), rows.empty(np.int8)
+    rows.place((name, kind, cat), "spans", ("name", "top"),
+               lambda x, top: (names(x), *rule.span(x, top)))
+    rows.place(name, "ticks", ("name",), names)
+    rows.fill((kind, cat), "ticks", (rule.kind["marker"], rule.cat["rank_ready"]))
+    rows.place((name, kind), "other", ("name",), lambda x: (names(x), rule.act_kind[x]))
+    rows.fill(cat, "other", rule.cat["activity"])
+    rows.place((name, cat), "inst", ("name",), lambda x: (names(x), rule.instant_cat(x)))
+    rows.fill(kind, "inst", rule.kind["marker"])
+    rank = rows.empty(np.int32)
+    rows.place(rank, "ticks", ("rank",))
+    rows.fill(rank, ("spans", "other", "inst"), 0)
+    nbytes, nbytes_na = rows.sparse("bytes", np.int64)
     tensor = None
-    if st.tensors:
-        tcode = _TensorLookup(st.tensors)
-        tensor_cats = tcode.categories
-        used = np.zeros(len(tensor_cats) + 1, dtype=bool)
-        for g in _GROUPS:
-            for _, p in _blocks(rows[g]["pid"]):
-                used[tcode(p) + 1] = True
-        remap, tensors_kept = _chrome.code_map(used[1:], tensor_cats)
-        del used
-        codes = np.empty(n, dtype=remap.dtype)
-        for g in _GROUPS:
-            for at, p in blocks(g, "pid"):
-                order.scatter(codes, remap[tcode(p) + 1], at)
-        tensor = _chrome.categorical(codes, tensors_kept)
-        del codes, remap
-    for g in _GROUPS:
-        rows[g].clear()
-    order.release()
-    if tensor is None:
-        tensor = _chrome.const_category(None, n)
-
-    return make_events(
-        n,
-        copy=False,
-        run_id=_chrome.const_category(run_id, n),
-        rank=pd.arrays.IntegerArray(rank, np.zeros(n, dtype=bool)),
-        local_rank=_chrome.na_int(n, "Int32"),
-        host=_chrome.const_category(None, n),
-        pid=_chrome.na_int(n, "Int64"),
-        tid=_chrome.na_int(n, "Int64"),
-        device=_chrome.na_int(n, "Int16"),
-        stream=_chrome.na_int(n, "Int64"),
-        name=name,
-        kind=kind,
-        cat=cat,
+    if st.tensors:  # tensor names by pid
+        lookup = _TensorLookup(st.tensors)
+        tensors = rows.codes("pid", lookup.categories, convert=lookup)
+        tensor = _assembly.categorical(rows.column("pid", tensors.dtype, fn=tensors),
+                                       tensors.kept)
+    return rows.events(
+        run_id=run_id,
+        rank=pd.arrays.IntegerArray(rank, np.zeros(rank.size, dtype=bool)),
+        name=_assembly.categorical(name, names.kept),
+        kind=_assembly.from_codes(kind, rule.kinds, inplace=True),
+        cat=_assembly.from_codes(cat, rule.cats, inplace=True),
         start_ns=start,
         dur_ns=dur,
-        step=_chrome.na_int(n, "Int32"),
-        epoch=_chrome.na_int(n, "Int32"),
         bytes=pd.arrays.IntegerArray(nbytes, nbytes_na),
         tensor=tensor,
-        correlation=_chrome.na_int(n, "Int64"),
-        source=_chrome.const_category(NAME, n),
+        source=NAME,
     )
+
+
+_KINDS = list(KINDS)
+_CATS = ["negotiate", "op", "activity", "rank_ready", "cycle", "instant"]
+
+
+class _Rules:
+    """``kind`` and ``cat`` codes of rows from their name codes (into ``cats``; code -1,
+    no name, is served by a trailing slot)."""
+
+    def __init__(self, cats: list[str], neg_of: np.ndarray) -> None:
+        self.kinds, self.cats = _KINDS, _CATS
+        self.kind = {k: np.int8(i) for i, k in enumerate(_KINDS)}
+        self.cat = {c: np.int8(i) for i, c in enumerate(_CATS)}
+        self.neg_of = neg_of
+        self.act_kind = np.array([self.kinds.index(_activity_kind(c)) for c in cats]
+                                 + [self.kinds.index("other")], dtype=np.int8)
+        self.cycle = np.array([c == "CYCLE_START" for c in cats] + [False], dtype=bool)
+
+    def span(self, x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A span is a negotiation, a top-level op (``comm``) or an activity."""
+        neg = self.neg_of[x]
+        k, c = self.kind, self.cat
+        return (np.where(neg, k["negotiate"], np.where(top, k["comm"], self.act_kind[x])),
+                np.where(neg, c["negotiate"], np.where(top, c["op"], c["activity"])))
+
+    def instant_cat(self, x: np.ndarray) -> np.ndarray:
+        return np.where(self.cycle[x], self.cat["cycle"], self.cat["instant"])
 
 
 #: Largest tensor pid served by a lookup table (4 MiB) rather than a search.
@@ -974,7 +790,7 @@ def dedupe_fused(df: pd.DataFrame) -> pd.DataFrame:
 
     Examples
     --------
-    >>> from analysis.schema import KINDS, make_events
+    >>> from analysis.schema import KINDS
     >>> ev = make_events(name=["MPI_ALLREDUCE", "MPI_ALLREDUCE", "ALLREDUCE"], kind="comm",
     ...                  cat=["activity", "activity", "op"], start_ns=[5, 5, 0],
     ...                  dur_ns=[3, 3, 10], tensor=["a", "b", "a"], rank=0, source="horovod")

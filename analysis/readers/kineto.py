@@ -70,8 +70,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io
-from analysis.readers import _chrome, default_run_id, register
-from analysis.schema import KINDS, make_events
+from analysis.readers import _assembly, _chrome, default_run_id, register
+from analysis.schema import KINDS
 
 NAME = "kineto"
 
@@ -210,22 +210,19 @@ def _decode(data: bytes) -> list:
 
 
 class _State:
+    """Turns each chunk of records into rows of the frame straight away (pieces of an
+    :class:`_assembly.Assembler`): times, name/category codes, the ``kind`` of each row
+    (:class:`_Kinds`), ids, and sparse byte counts and ``stream N`` track ids."""
+
     def __init__(self, damage: _chrome.Damage) -> None:
         self.damage = damage
-        self.name = _chrome.Categories()
-        self.cat = _chrome.Categories()
-        self.n = 0
-        self.cols: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("inst", "pid", "pid_na", "tid", "tid_na", "ts", "dur", "corr",
-                            "corr_na", "stream", "stream_na")
-        }
-        self.stream_tid_text: list[tuple[int, str]] = []
-        self.sparse_rows: list[np.ndarray] = []  # rows with a byte count (later ones win)
-        self.sparse_vals: list[np.ndarray] = []
-        self.collective_rows: list[np.ndarray] = []
-        self.shape_rows: list[tuple[int, bytes, bytes]] = []
+        self.rows = _assembly.Assembler()
+        self.name = _assembly.Categories()
+        self.cat = _assembly.Categories()
+        self.kinds = _Kinds()
         self.skipped_unknown: dict[str, int] = {}
-        self.bad = 0
+        self.unnamed = 0
+        self.negative = 0
 
     def add(self, recs: list, body: bytes) -> None:
         n_bad = recs.count(None)
@@ -239,7 +236,31 @@ class _State:
                     self.skipped_unknown[e.ph] = self.skipped_unknown.get(e.ph, 0) + 1
         if not keep:
             return
-        exact = None
+        keep, ts_ns, dur_ns = self._times(keep, body)
+        if not keep:
+            return
+        base = self.rows.n
+        names = [e.name if isinstance(e.name, str) else
+                 (None if e.name is None else str(e.name)) for e in keep]
+        nm = self.name.encode(names)
+        ct = self.cat.encode([e.cat for e in keep])
+        self.unnamed += names.count(None)
+        inst = np.array([e.ph != "X" for e in keep], dtype=bool)
+        neg = dur_ns < 0
+        if neg.any():
+            self.negative += int(neg.sum())
+            dur_ns = np.maximum(dur_ns, 0)
+        if inst.any():
+            dur_ns = np.where(inst, 0, dur_ns)
+        args = [e.args for e in keep]
+        coll = self._sparse(keep, args, base)
+        self.kinds.grow(self.name.index, self.cat.index)
+        ids = self._ids(keep, args, base)
+        self.rows.add(start=ts_ns, dur=dur_ns, kind=self.kinds(nm, ct, inst, coll), name=nm,
+                      cat=ct, **ids)
+
+    def _times(self, keep: list, body: bytes) -> tuple[list, np.ndarray, np.ndarray]:
+        """The records with a ts, and their ts and dur in ns (exact: see :func:`_needs_text`)."""
         ts = np.array([e.ts for e in keep], dtype=np.float64)
         dur = np.array([e.dur for e in keep], dtype=np.float64)
         ts_ok = ~np.isnan(ts)
@@ -260,38 +281,31 @@ class _State:
             self.damage.notes.append(f"{int((~ts_ok).sum())} event(s) without a ts were dropped")
             keep = [e for e, ok in zip(keep, ts_ok, strict=True) if ok]
             ts_ns, dur_ns = ts_ns[ts_ok], dur_ns[ts_ok]
-            if not keep:
-                return
-        base = self.n
-        c = self.cols
-        c["ts"].append(ts_ns)
-        c["dur"].append(dur_ns)
-        c["inst"].append(np.array([e.ph != "X" for e in keep], dtype=bool))
-        self.name.add([e.name if isinstance(e.name, str) else
-                       (None if e.name is None else str(e.name)) for e in keep])
-        self.cat.add([e.cat for e in keep])
-        pids = [e.pid for e in keep]
+        return keep, ts_ns, dur_ns
+
+    def _ids(self, keep: list, args: list, base: int) -> dict[str, np.ndarray]:
+        """pid, tid, correlation and stream columns with their missing-masks; a text tid
+        ``stream N`` is kept as a sparse ``track`` id (used on GPU rows without a stream)."""
+        out = {}
         tids = [e.tid for e in keep]
-        v, m = _chrome.int_column(pids)
-        c["pid"].append(v)
-        c["pid_na"].append(m)
-        v, m = _chrome.int_column(tids)
-        c["tid"].append(v)
-        c["tid_na"].append(m)
-        if m.any():
-            for i in np.flatnonzero(m).tolist():
-                t = tids[i]
-                if isinstance(t, str):
-                    self.stream_tid_text.append((base + i, t))
-        args = [e.args for e in keep]
-        v, m = _chrome.int_column([a.correlation for a in args])
-        c["corr"].append(v)
-        c["corr_na"].append(m)
-        v, m = _chrome.int_column([a.stream for a in args])
-        c["stream"].append(v)
-        c["stream_na"].append(m)
+        for col, values in (("pid", [e.pid for e in keep]), ("tid", tids),
+                            ("corr", [a.correlation for a in args]),
+                            ("stream", [a.stream for a in args])):
+            out[col], out[col + "_na"] = _chrome.int_column(values)
+        tracks = [(base + i, int(m.group(1))) for i in np.flatnonzero(out["tid_na"]).tolist()
+                  if isinstance(tids[i], str) and (m := _STREAM_TID.match(tids[i]))]
+        if tracks:
+            track_rows, track_ids = np.array(tracks, dtype=np.int64).T
+            self.rows.add_sparse("track", track_rows, track_ids)
+        return out
+
+    def _sparse(self, keep: list, args: list, base: int) -> np.ndarray:
+        """Stores the chunk's byte counts (sparse: record_shapes sizes first, then explicit
+        counts, so that those win); returns the chunk positions of collective records."""
         b_rows: list[int] = []
         b_vals: list[int] = []
+        s_rows: list[int] = []
+        s_vals: list[int] = []
         coll: list[int] = []
         for i, a in enumerate(args):
             if a is _NO_ARGS:
@@ -300,7 +314,7 @@ class _State:
                 b_rows.append(base + i)
                 b_vals.append(a.nbytes)
             if a.collective is not None:
-                coll.append(base + i)
+                coll.append(i)
             if a.in_nelems is not None:
                 nb = _collective_bytes(a.in_nelems, a.dtype)
                 if nb is not None and _I64_MIN <= nb <= _I64_MAX:
@@ -309,13 +323,14 @@ class _State:
             elif a.input_dims:
                 nm = keep[i].name
                 if isinstance(nm, str) and _HOST_COLLECTIVE.match(nm):
-                    self.shape_rows.append((base + i, bytes(a.input_dims), bytes(a.input_type)))
-        if b_rows:  # arrays, not Python tuples: nothing small outlives the chunk
-            self.sparse_rows.append(np.array(b_rows, dtype=np.int64))
-            self.sparse_vals.append(np.array(b_vals, dtype=np.int64))
-        if coll:
-            self.collective_rows.append(np.array(coll, dtype=np.int64))
-        self.n += len(keep)
+                    nb = _shape_bytes(bytes(a.input_dims), bytes(a.input_type))
+                    if nb is not None and _I64_MIN <= nb <= _I64_MAX:
+                        s_rows.append(base + i)
+                        s_vals.append(nb)
+        if b_rows or s_rows:  # arrays, not Python tuples: nothing small outlives the chunk
+            self.rows.add_sparse("bytes", np.array(s_rows + b_rows, dtype=np.int64),
+                                 np.array(s_vals + b_vals, dtype=np.int64))
+        return np.array(coll, dtype=np.int64)
 
     def _exact(self, body: bytes) -> list | None:
         try:
@@ -323,6 +338,57 @@ class _State:
         except (msgspec.DecodeError, UnicodeDecodeError):
             return None
         return [e for e in recs if e.ph in _KEEP]
+
+
+_KIND_NAMES = sorted(KINDS)  # alphabetical, as pd.Categorical(strings) orders them
+_KIND = {k: np.int8(i) for i, k in enumerate(_KIND_NAMES)}
+
+
+class _Kinds:
+    """The ``kind`` code of rows from their name and category codes (see the mapping in
+    the module docstring), with per-category and per-name tables grown as codes appear
+    (the trailing slot of each serves code -1: no category, a legacy op, or no name)."""
+
+    def __init__(self) -> None:
+        self.n_names = self.n_cats = 0
+        self.cat_kind = np.array([_KIND["cpu_op"]], dtype=np.int8)
+        self.kernel = self.host_op = self.annot = np.zeros(1, dtype=bool)
+        self.nccl = self.host_coll = self.data = np.zeros(1, dtype=bool)
+
+    def grow(self, names: dict, cats: dict) -> None:
+        """Extend the tables to the categories and names that appeared since the last call."""
+        if len(names) == self.n_names and len(cats) == self.n_cats:
+            return
+
+        def more(table: np.ndarray, flags: list) -> np.ndarray:
+            return np.concatenate([table[:-1], np.array(flags, dtype=table.dtype), table[-1:]])
+
+        new = [str(x).lower() for x in list(cats)[self.n_cats :]]
+        self.n_cats = len(cats)
+        if new:
+            self.cat_kind = more(self.cat_kind, [_KIND[_CAT_KIND.get(x, "other")] for x in new])
+            self.kernel = more(self.kernel, [x == "kernel" for x in new])
+            self.host_op = more(self.host_op, [x in ("cpu_op", "operator", "user_annotation")
+                                               for x in new])
+            self.annot = more(self.annot, [x in ("user_annotation", "cpu_op", "operator")
+                                           for x in new])
+        new = [str(x) for x in list(names)[self.n_names :]]
+        self.n_names = len(names)
+        if new:
+            self.nccl = more(self.nccl, [x.lower().startswith("nccl") for x in new])
+            self.host_coll = more(self.host_coll, [bool(_HOST_COLLECTIVE.match(x)) for x in new])
+            self.data = more(self.data, [bool(_DATALOADER.match(x)) for x in new])
+
+    def __call__(self, nm: np.ndarray, ct: np.ndarray, inst: np.ndarray,
+                 coll: np.ndarray) -> np.ndarray:
+        k = self.cat_kind[ct]
+        is_coll = self.nccl[nm]
+        is_coll[coll] = True
+        k[self.kernel[ct] & is_coll] = _KIND["comm"]
+        k[self.host_op[ct] & self.host_coll[nm]] = _KIND["comm"]
+        k[self.annot[ct] & self.data[nm]] = _KIND["data"]
+        k[inst] = _KIND["marker"]
+        return k
 
 
 def _needs_text(keep: list, values: np.ndarray, attr: str) -> bool:
@@ -409,190 +475,95 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
 
 
 def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.DataFrame:
-    """The frame from the accumulated column pieces.
-
-    Memory: the start times are put in time order in place (:class:`_chrome.TimeOrder`,
-    which keeps one int32 output row per stored row); every other column is written
-    piece by piece straight to its output rows while its pieces are freed, and the values
-    derived from several columns (kind, step, device, stream) are computed piece by piece
-    or in blocks of rows. So the peak is the frame plus a bounded buffer, whatever the
-    file size (benchmarks/README.md, "Memory at 1 GB and beyond").
-    """
+    """The frame from the streamed rows (:class:`_assembly.Assembler`, which bounds the
+    memory): names and categories narrowed to those in use, then the columns derived from
+    several others (step, device, stream) computed in row blocks."""
     damage = state.damage
     if state.skipped_unknown:
         desc = ", ".join(f"{k!r}: {v}" for k, v in sorted(state.skipped_unknown.items()))
         damage.notes.append(f"events of unsupported phases were skipped ({desc})")
-    c = state.cols
-    n = state.n
-    blocks = list(_chrome.row_blocks(n))
-
-    base = 0
-    host = None
-    if meta:
-        b = meta.get("baseTimeNanoseconds")
-        if type(b) is int:
-            base = b
-        h = meta.get("host_name")
-        host = h if isinstance(h, str) else None
-    rank = _rank_from(meta, path)
-
-    start = _chrome.concat_pieces(c["ts"], np.int64)
-    order = _chrome.TimeOrder(start)  # sorts start in place: the same order as ts + base
-    if base:
-        start += base
-
-    # names, categories and kinds, from the pieces; flags by the source's codes (their
-    # trailing slot serves code -1: no category, or no name once "<unnamed>" is appended)
-    names = [str(x) for x in state.name.index]
-    name_used = _chrome.categories_used(state.name.codes, len(names))
-    n_unnamed = sum(int((p < 0).sum()) for p in state.name.codes)
-    if n_unnamed:  # an event with no name: kept, named by a category of its own
-        names.append("<unnamed>")
-        name_used = np.append(name_used, True)
-        damage.notes.append(f"{n_unnamed} event(s) had no name and are named '<unnamed>'")
-    name_remap, kept_names = _chrome.code_map(name_used, names)
-    if n_unnamed:
-        name_remap[0] = name_remap[-1]  # code -1 -> "<unnamed>"
-    cat_values = list(state.cat.index)
-    cat_remap, kept_cats = _chrome.code_map(
-        _chrome.categories_used(state.cat.codes, len(cat_values)), cat_values)
-    cats = [str(x).lower() for x in cat_values]
-
-    kind_names = sorted(KINDS)  # alphabetical, as pd.Categorical(strings) orders them
-    kind_code = {k: i for i, k in enumerate(kind_names)}
-    cat_kind = np.array([kind_code[_CAT_KIND.get(x, "other")] for x in cats]
-                        + [kind_code["cpu_op"]], dtype=np.int8)  # no category: legacy op
-    cat_kernel = np.array([x == "kernel" for x in cats] + [False], dtype=bool)
-    cat_host_op = np.array([x in ("cpu_op", "operator", "user_annotation") for x in cats]
-                           + [False], dtype=bool)
-    cat_annot = np.array([x in ("user_annotation", "cpu_op", "operator") for x in cats]
-                         + [False], dtype=bool)
-    nm_nccl = np.array([x.lower().startswith("nccl") for x in names], dtype=bool)
-    nm_host_coll = np.array([bool(_HOST_COLLECTIVE.match(x)) for x in names], dtype=bool)
-    nm_data = np.array([bool(_DATALOADER.match(x)) for x in names], dtype=bool)
-    collective = (np.sort(_chrome.concat_pieces(state.collective_rows, np.int64))
-                  if state.collective_rows else np.zeros(0, dtype=np.int64))
-
-    name_codes = np.empty(n, dtype=name_remap.dtype)
-    cat_codes = np.empty(n, dtype=cat_remap.dtype)
-    kind = np.empty(n, dtype=np.int8)
-    dur = np.empty(n, dtype=np.int64)
-    negative = 0
-    at = 0
-    for nm, ct, ins, d in _chrome.drain(state.name.codes, state.cat.codes, c["inst"], c["dur"]):
-        k = cat_kind[ct]
-        is_coll = nm_nccl[nm]
-        lo, hi = np.searchsorted(collective, [at, at + nm.size])
-        if hi > lo:
-            is_coll[collective[lo:hi] - at] = True
-        k[cat_kernel[ct] & is_coll] = kind_code["comm"]
-        k[cat_host_op[ct] & nm_host_coll[nm]] = kind_code["comm"]
-        k[cat_annot[ct] & nm_data[nm]] = kind_code["data"]
-        k[ins] = kind_code["marker"]
-        neg = d < 0
-        if neg.any():
-            negative += int(neg.sum())
-            d = np.maximum(d, 0)
-        if ins.any():
-            d = np.where(ins, 0, d)
-        order.scatter(kind, k, at)
-        order.scatter(name_codes, name_remap[nm + 1], at)
-        order.scatter(cat_codes, cat_remap[ct + 1], at)
-        order.scatter(dur, d, at)
-        at += nm.size
-    del collective
-    if negative:
-        damage.notes.append(f"{negative} event(s) with a negative duration got 0")
+    if state.unnamed:  # an event with no name: kept, named by a category of its own
+        damage.notes.append(f"{state.unnamed} event(s) had no name and are named '<unnamed>'")
+    if state.negative:
+        damage.notes.append(f"{state.negative} event(s) with a negative duration got 0")
+    base = meta.get("baseTimeNanoseconds") if meta else None
+    host = meta.get("host_name") if meta else None
+    rows = state.rows
+    names = rows.codes("name", [str(x) for x in state.name.index], negative=("<unnamed>",))
+    cats = rows.codes("cat", list(state.cat.index))
+    start = rows.order("start", offset=base if type(base) is int else 0)
+    kind, name, cat = rows.empty(np.int8), rows.empty(names.dtype), rows.empty(cats.dtype)
+    rows.place((kind, name, cat), "rows", ("kind", "name", "cat"),
+               lambda k, nm, ct: (k, names(nm), cats(ct)))
+    dur = rows.column("dur", np.int64)
 
     # flags by output codes (trailing slot: code -1)
-    kept_lower = [str(x).lower() for x in kept_cats]
+    kept_lower = [str(x).lower() for x in cats.kept]
     gpu_of = np.array([x in _GPU_CATS for x in kept_lower] + [False], dtype=bool)
     runtime_of = np.array([_CAT_KIND.get(x) == "runtime" for x in kept_lower] + [False],
                           dtype=bool)
-    step_of = np.array([int(m.group(1)) if (m := _STEP.match(x)) else -1 for x in kept_names]
+    step_of = np.array([int(m.group(1)) if (m := _STEP.match(x)) else -1 for x in names.kept]
                        + [-1], dtype=np.int64)
-
-    corr = order.column(c["corr"], np.int64)
-    corr_na = order.column(c["corr_na"], bool)
-    step, step_na = _steps(blocks, start, dur, name_codes, cat_codes, corr, corr_na,
+    corr = rows.column("corr", np.int64)
+    corr_na = rows.column("corr_na", bool)
+    step, step_na = _steps(rows.blocks(), start, dur, name, cat, corr, corr_na,
                            gpu_of, runtime_of, step_of, damage)
-
-    # bytes: record_shapes sizes first, then the explicit counts (later ones win)
-    nbytes = np.zeros(n, dtype=np.int64)
-    nbytes_na = np.ones(n, dtype=bool)
-    shaped, shape_bytes = [], []
-    for row, dims, types in state.shape_rows:
-        b = _shape_bytes(dims, types)
-        if b is not None and _I64_MIN <= b <= _I64_MAX:
-            shaped.append(row)
-            shape_bytes.append(b)
-    if shaped:
-        rows = order.rows(np.array(shaped, dtype=np.int64))
-        nbytes[rows] = shape_bytes
-        nbytes_na[rows] = False
-        del rows
-    del shaped, shape_bytes
-    if state.sparse_rows:
-        rows = order.rows(_chrome.concat_pieces(state.sparse_rows, np.int64))
-        nbytes[rows] = _chrome.concat_pieces(state.sparse_vals, np.int64)
-        nbytes_na[rows] = False
-        del rows
-
-    # ids: GPU rows carry device (pid) and stream; host rows pid/tid
-    pid = order.column(c["pid"], np.int64)
-    pid_na = order.column(c["pid_na"], bool)
-    device_na = np.empty(n, dtype=bool)
-    for b in blocks:
-        gpu = gpu_of[cat_codes[b]]
-        device_na[b] = ~gpu | pid_na[b]
-        pid_na[b] |= gpu
-    device = _chrome.masked(pid, device_na, "Int16", damage=damage, column="device")
-    del device_na
-    tid = order.column(c["tid"], np.int64)
-    tid_na = order.column(c["tid_na"], bool)
-    stream = order.column(c["stream"], np.int64)
-    stream_na = order.column(c["stream_na"], bool)
-    tracks = [(row, int(m.group(1))) for row, text in state.stream_tid_text
-              if (m := _STREAM_TID.match(text))]
-    if tracks:  # GPU rows on a "stream 7" track without args.stream
-        track_rows, track_ids = np.array(tracks, dtype=np.int64).T
-        rows = order.rows(track_rows)
-        use = gpu_of[cat_codes[rows]] & stream_na[rows]
-        stream[rows[use]] = track_ids[use]
-        stream_na[rows[use]] = False
-    del tracks
-    for b in blocks:
-        gpu = gpu_of[cat_codes[b]]
-        sn = stream_na[b]
-        stream[b] = np.where(sn, tid[b], stream[b])  # no args.stream: the tid
-        stream_na[b] = (sn & tid_na[b]) | ~gpu
-        tid_na[b] |= gpu
-    order.release()
-
-    return make_events(
-        n,
-        copy=False,
-        run_id=_chrome.const_category(run_id, n),
-        rank=pd.arrays.IntegerArray(np.full(n, rank or 0, dtype=np.int32),
-                                    np.full(n, rank is None)),
-        local_rank=_chrome.na_int(n, "Int32"),
-        host=_chrome.const_category(host, n),
+    nbytes, nbytes_na = rows.sparse("bytes", np.int64)
+    pid, pid_na, device = _device(rows, cat, gpu_of, damage)
+    tid, tid_na, stream, stream_na = _stream(rows, cat, gpu_of)
+    return rows.events(
+        run_id=run_id,
+        rank=_rank_from(meta, path),
+        host=host if isinstance(host, str) else None,
         pid=pd.arrays.IntegerArray(pid, pid_na),
         tid=pd.arrays.IntegerArray(tid, tid_na),
         device=device,
         stream=pd.arrays.IntegerArray(stream, stream_na),
-        name=_chrome.categorical(name_codes, kept_names),
-        kind=_chrome.from_codes(kind, kind_names, inplace=True),
-        cat=_chrome.categorical(cat_codes, kept_cats),
+        name=_assembly.categorical(name, names.kept),
+        kind=_assembly.from_codes(kind, _KIND_NAMES, inplace=True),
+        cat=_assembly.categorical(cat, cats.kept),
         start_ns=start,
         dur_ns=dur,
         step=pd.arrays.IntegerArray(step, step_na),
-        epoch=_chrome.na_int(n, "Int32"),
         bytes=pd.arrays.IntegerArray(nbytes, nbytes_na),
-        tensor=_chrome.const_category(None, n),
         correlation=pd.arrays.IntegerArray(corr, corr_na),
-        source=_chrome.const_category(NAME, n),
+        source=NAME,
     )
+
+
+def _device(rows: _assembly.Assembler, cat: np.ndarray, gpu_of: np.ndarray,
+            damage: _chrome.Damage):
+    """``(pid, pid_na, device)``: GPU rows carry their trace pid as the device, host rows
+    as the pid."""
+    pid = rows.column("pid", np.int64)
+    pid_na = rows.column("pid_na", bool)
+    device_na = np.empty(pid.size, dtype=bool)
+    for b in rows.blocks():
+        gpu = gpu_of[cat[b]]
+        device_na[b] = ~gpu | pid_na[b]
+        pid_na[b] |= gpu
+    return pid, pid_na, _assembly.masked(pid, device_na, "Int16", damage=damage,
+                                         column="device")
+
+
+def _stream(rows: _assembly.Assembler, cat: np.ndarray, gpu_of: np.ndarray):
+    """``(tid, tid_na, stream, stream_na)``: GPU rows have a stream (``args.stream``, else
+    a ``stream N`` track's N, else the tid) and no tid; host rows a tid and no stream."""
+    tid = rows.column("tid", np.int64)
+    tid_na = rows.column("tid_na", bool)
+    stream = rows.column("stream", np.int64)
+    stream_na = rows.column("stream_na", bool)
+    at, track = rows.sparse_rows("track")
+    use = gpu_of[cat[at]] & stream_na[at]  # GPU rows on a "stream 7" track without args.stream
+    stream[at[use]] = track[use]
+    stream_na[at[use]] = False
+    for b in rows.blocks():
+        gpu = gpu_of[cat[b]]
+        sn = stream_na[b]
+        stream[b] = np.where(sn, tid[b], stream[b])  # no args.stream: the tid
+        stream_na[b] = (sn & tid_na[b]) | ~gpu
+        tid_na[b] |= gpu
+    return tid, tid_na, stream, stream_na
 
 
 def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: np.ndarray,

@@ -1,6 +1,6 @@
-"""Frame assembly in time order (``analysis.readers._chrome``: ``TimeOrder``, ``drain``,
-``from_codes``) and the Kineto reader built on it: the output must not depend on where
-the row blocks or the chunk pieces begin and end."""
+"""Frame assembly in time order (``analysis.readers._assembly``: ``TimeOrder``, ``drain``,
+``from_codes``, the ``Assembler``) and the Kineto reader built on it: the output must not
+depend on where the row blocks or the chunk pieces begin and end."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.readers import _chrome, kineto
+from analysis.readers import _assembly, _chrome, kineto
 
 
 def _pieces(arr: np.ndarray, rng) -> list[np.ndarray]:
@@ -20,7 +20,7 @@ def _pieces(arr: np.ndarray, rng) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("block", [1, 3, 1 << 16])
 def test_time_order_places_rows_as_a_stable_sort(block, monkeypatch):
-    monkeypatch.setattr(_chrome, "BLOCK_ROWS", block)
+    monkeypatch.setattr(_assembly, "BLOCK_ROWS", block)
     rng = np.random.default_rng(block)
     start = rng.integers(0, 20, size=101).astype(np.int64)  # many ties
     expected_order = np.argsort(start, kind="stable")
@@ -32,7 +32,7 @@ def test_time_order_places_rows_as_a_stable_sort(block, monkeypatch):
         np.testing.assert_array_equal(order, expected_order)
 
     s = start.copy()
-    order = _chrome.TimeOrder(s, refine=refine)
+    order = _assembly.TimeOrder(s, refine=refine)
     np.testing.assert_array_equal(s, np.sort(start))
     np.testing.assert_array_equal(seen["sorted"], np.sort(start))
     pieces = _pieces(values, rng)
@@ -50,7 +50,7 @@ def test_refine_reorders_ties():
         lo, hi = np.searchsorted(sorted_start, [5, 6])
         order[lo:hi] = order[lo:hi][::-1].copy()
 
-    order = _chrome.TimeOrder(start, refine=reverse_ties)
+    order = _assembly.TimeOrder(start, refine=reverse_ties)
     col = order.column([np.arange(5)], np.int64)
     assert col.tolist() == [1, 4, 3, 2, 0]
 
@@ -58,18 +58,18 @@ def test_refine_reorders_ties():
 def test_drain_walks_lists_in_step_and_empties_them():
     a = [np.arange(3), np.arange(2)]
     b = [np.ones(3, bool), np.zeros(2, bool)]
-    got = [(x.size, y.size) for x, y in _chrome.drain(a, b)]
+    got = [(x.size, y.size) for x, y in _assembly.drain(a, b)]
     assert got == [(3, 3), (2, 2)] and a == [] and b == []
-    assert _chrome.concat_pieces([np.arange(2), np.arange(3)], np.int16).tolist() == [0, 1, 0, 1, 2]
+    assert _assembly.concat_pieces([np.arange(2), np.arange(3)], np.int16).tolist() == [0, 1, 0, 1, 2]
 
 
 @pytest.mark.parametrize("block", [1, 4, 1 << 16])
 def test_from_codes_is_pandas_without_unused_categories(block, monkeypatch):
-    monkeypatch.setattr(_chrome, "BLOCK_ROWS", block)
+    monkeypatch.setattr(_assembly, "BLOCK_ROWS", block)
     rng = np.random.default_rng(block)
     cats = [f"c{i}" for i in range(300)]  # more than int8 holds: int16 codes
     codes = rng.choice(np.r_[-1, np.arange(0, 300, 2)], size=1000).astype(np.int32)
-    got = _chrome.from_codes(codes, cats)
+    got = _assembly.from_codes(codes, cats)
     expected = pd.Categorical.from_codes(
         codes, categories=pd.Index(cats, dtype=object)).remove_unused_categories()
     pd.testing.assert_extension_array_equal(got, expected)
@@ -102,7 +102,7 @@ def test_kineto_frame_does_not_depend_on_row_blocks(block, data_dir, monkeypatch
     for f in files:
         expected, w_expected = _read(f)
         longest = max(longest, len(expected))
-        monkeypatch.setattr(_chrome, "BLOCK_ROWS", block)
+        monkeypatch.setattr(_assembly, "BLOCK_ROWS", block)
         monkeypatch.setattr(_chrome, "BLOCK_BYTES", 4096)  # many small pieces too
         got, w_got = _read(f)
         monkeypatch.undo()

@@ -1,4 +1,4 @@
-"""Horovod frame assembly in row blocks: the frame must not depend on ``_chrome.BLOCK_ROWS``
+"""Horovod frame assembly in row blocks: the frame must not depend on ``_assembly.BLOCK_ROWS``
 (nor, with ties and spans carried over chunks, on ``_chrome.BLOCK_BYTES``)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.readers import _chrome, horovod
+from analysis.readers import _assembly, _chrome, horovod
 
 _ACTS = ["MEMCPY_IN_FUSION_BUFFER", "NCCL_ALLREDUCE", "WAIT_FOR_DATA", "QUEUE", None]
 
@@ -110,7 +110,7 @@ def test_block_rows_do_not_change_frames(rows, block_bytes, monkeypatch, repo_ro
             continue  # the corpus files take long in tiny chunks; the generated ones suffice
         expected, w_expected = _read(f)
         with monkeypatch.context() as m:
-            m.setattr(_chrome, "BLOCK_ROWS", rows)
+            m.setattr(_assembly, "BLOCK_ROWS", rows)
             got, w_got = _read(f)
         pd.testing.assert_frame_equal(expected, got, obj=f"{f.name} in {rows}-row blocks")
         assert w_expected == w_got, f.name
@@ -124,16 +124,16 @@ def test_late_spans_keep_the_whole_file_order(seed, monkeypatch, tmp_path):
     expected, w_expected = _read(f)
     assert expected["start_ns"].duplicated().sum() > len(expected) // 4  # ties aplenty
     late = []
-    real = horovod._late_spans
+    real = _assembly.late_rows
 
-    def spy(rec):
-        out = real(rec)
+    def spy(keys):
+        out = real(keys)
         late.append(out.size)
         return out
 
-    monkeypatch.setattr(horovod, "_late_spans", spy)
+    monkeypatch.setattr(_assembly, "late_rows", spy)
     monkeypatch.setattr(_chrome, "BLOCK_BYTES", 200)
-    monkeypatch.setattr(_chrome, "BLOCK_ROWS", 5)
+    monkeypatch.setattr(_assembly, "BLOCK_ROWS", 5)
     got, w_got = _read(f)
     assert late and late[0] > 10  # the case under test: spans stored out of B order
     pd.testing.assert_frame_equal(expected, got)

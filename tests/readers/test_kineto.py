@@ -289,17 +289,17 @@ def test_corpus_sniff_is_exclusive(corpus_dir):
 def test_masked_narrows_and_warns_on_overflow():
     import numpy as np
 
-    from analysis.readers import _chrome
+    from analysis.readers import _assembly, _chrome
 
     values = np.array([5, 2**40, 7], dtype=np.int64)  # the big one is missing: it may wrap
     mask = np.array([False, True, False])
-    arr = _chrome.masked(values, mask, "Int16")
+    arr = _assembly.masked(values, mask, "Int16")
     assert str(arr.dtype) == "Int16" and arr.tolist() == [5, pd.NA, 7]
     damage = _chrome.Damage()  # a present value that does not fit is not silently wrapped
-    arr = _chrome.masked(values, np.zeros(3, dtype=bool), "Int16", damage=damage, column="device")
+    arr = _assembly.masked(values, np.zeros(3, dtype=bool), "Int16", damage=damage, column="device")
     assert arr.tolist() == [5, pd.NA, 7]
     assert damage.notes == ["1 device value(s) outside Int16's range were set missing"]
-    assert _chrome.masked(values, mask, "Int64").tolist() == [5, pd.NA, 7]
+    assert _assembly.masked(values, mask, "Int64").tolist() == [5, pd.NA, 7]
 
 
 def test_device_id_beyond_int16_is_missing_with_a_warning(tmp_path):
