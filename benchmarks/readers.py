@@ -268,8 +268,8 @@ elif method == "baseline":
 elapsed = time.perf_counter() - t
 if method in ("ours", "cached"):
     extra["frame_mib"] = float(df.memory_usage(deep=True).sum()) / 2**20
-    import analysis.readers._chrome as _chrome
-    _chrome.release_freed_memory()  # what the heap still holds of freed temporaries
+    import analysis.readers._assembly as _assembly
+    _assembly.release_freed_memory()  # what the heap still holds of freed temporaries
     extra["after_mib"] = current_mib()  # resident with the frame alive
 print(json.dumps({"s": elapsed, "rows": rows, "peak_mib": rss_mib(), "base_mib": base, **extra}))
 """
