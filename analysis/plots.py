@@ -235,13 +235,14 @@ def plot_scaling(
 
 def plot_sync(table: pd.DataFrame, *, by: str = "config_backend",
               title: str = "Gradient synchronisation against ranks") -> go.Figure:
-    """Three panels: time per synchronisation (ms, median with min-max bars),
-    synchronisations per epoch, sync time per epoch (ms)
-    (:func:`analysis.metrics.sync.sync_scaling`)."""
+    """Three panels: time per synchronisation (``sync_total``, ms, median with min-max
+    bars; the mean ``sync_exposed`` dotted when the table has it), synchronisations per
+    epoch, sync time per epoch (``sync_total``, ms)
+    (:func:`analysis.metrics.sync.sync_scaling`; ``docs/metrics.md`` defines both)."""
     _need(table, ["n_ranks", "sync_median_s", "syncs_per_epoch", "sync_per_epoch_s"], "plot_sync")
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.1,
-                        subplot_titles=("time per synchronisation", "synchronisations per epoch",
-                                        "sync time per epoch"))
+                        subplot_titles=("sync_total per synchronisation", "synchronisations per epoch",
+                                        "sync_total per epoch"))
     for i, (key, g) in enumerate(_groups(table, by)):
         g = g.sort_values("n_ranks")
         name = str(key) if key is not None else "measured"
@@ -254,15 +255,19 @@ def plot_sync(table: pd.DataFrame, *, by: str = "config_backend",
         x = g["n_ranks"].tolist()
         fig.add_trace(go.Scatter(x=x, y=(g["sync_median_s"] * 1e3).tolist(), mode="lines+markers", name=name,
                                  legendgroup=name, line={"color": colour}, **err), row=1, col=1)
+        if "exposed_mean_s" in g:
+            fig.add_trace(go.Scatter(x=x, y=(g["exposed_mean_s"] * 1e3).tolist(), mode="lines+markers",
+                                     name=f"{name} (exposed)", legendgroup=name,
+                                     line={"color": colour, "dash": "dot"}), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=g["syncs_per_epoch"].tolist(), mode="lines+markers", name=name,
                                  legendgroup=name, showlegend=False, line={"color": colour}), row=1, col=2)
         fig.add_trace(go.Scatter(x=x, y=(g["sync_per_epoch_s"] * 1e3).tolist(), mode="lines+markers", name=name,
                                  legendgroup=name, showlegend=False, line={"color": colour}), row=1, col=3)
     fig.update_layout(title=title)
     fig.update_xaxes(title_text=RANKS_TITLE)
-    fig.update_yaxes(title_text="time per sync (ms)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="sync_total per sync (ms)", row=1, col=1, rangemode="tozero")
     fig.update_yaxes(title_text="syncs per epoch (count)", row=1, col=2, rangemode="tozero")
-    fig.update_yaxes(title_text="sync time per epoch (ms)", row=1, col=3, rangemode="tozero")
+    fig.update_yaxes(title_text="sync_total per epoch (ms)", row=1, col=3, rangemode="tozero")
     return apply_theme(fig, width=1100)
 
 
@@ -322,8 +327,8 @@ def plot_device_usage(table: pd.DataFrame, *, boundaries: pd.DataFrame | None = 
 
 
 def plot_backends(table: pd.DataFrame, *, title: str = "Backend comparison") -> go.Figure:
-    """Grouped bars per configuration (ranks, nodes): epoch time (s, left) and sync time
-    per step (ms, right), one colour per backend
+    """Grouped bars per configuration (ranks, nodes): epoch time (s, left) and
+    ``sync_total`` per step (ms, right), one colour per backend
     (:func:`analysis.metrics.backend.backend_comparison`)."""
     _need(table, ["n_ranks", "config_backend", "epoch_time_s", "sync_per_step_s"], "plot_backends")
     t = table.sort_values(["n_ranks", "config_backend"])
@@ -332,7 +337,7 @@ def plot_backends(table: pd.DataFrame, *, title: str = "Backend comparison") -> 
                          + (f", bs {int(r.batch_size)}" if "batch_size" in t.columns and pd.notna(r.batch_size)
                             and t["batch_size"].nunique() > 1 else "")
                          for r in t.itertuples()])
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "sync time per step"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "sync_total per step"))
     for i, (key, g) in enumerate(t.groupby("config_backend", sort=True)):
         colour = PALETTE[i % len(PALETTE)]
         fig.add_trace(go.Bar(name=str(key), x=g["_label"].tolist(), y=g["epoch_time_s"].tolist(),
@@ -342,7 +347,7 @@ def plot_backends(table: pd.DataFrame, *, title: str = "Backend comparison") -> 
     fig.update_layout(barmode="group", title=title)
     fig.update_xaxes(title_text="configuration", type="category")
     fig.update_yaxes(title_text="epoch time (s)", row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title_text="sync time per step (ms)", row=1, col=2, rangemode="tozero")
+    fig.update_yaxes(title_text="sync_total per step (ms)", row=1, col=2, rangemode="tozero")
     return apply_theme(fig, width=1000)
 
 

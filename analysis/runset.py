@@ -48,6 +48,7 @@ RUN_COLUMNS: dict[str, str] = {
     "global_batch_size": "Int64",
     "learning_rate": "float64",
     "lr_scaling": "object",
+    "inject": "object",
     "repeat": "Int64",
     "epochs": "Int64",
     "dataset_size": "Int64",
@@ -165,6 +166,8 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         "global_batch_size": gbs,
         "learning_rate": m.get("learning_rate"),
         "lr_scaling": m.get("lr_scaling"),
+        # a delay the example injected to check the analysis (``--inject``); None: none
+        "inject": m.get("inject") or None,
         "repeat": config.get("repeat"),
         "epochs": m.get("epochs"),
         "dataset_size": m.get("dataset_size"),
@@ -321,7 +324,7 @@ class RunSet:
         ``log_tail``, ``framework``, ``backend``, ``config_backend`` (e.g.
         ``horovod-gloo``), ``n_ranks`` (the manifest's ``world_size``), ``n_nodes``,
         ``batch_size`` (per rank), ``global_batch_size``, ``learning_rate``,
-        ``lr_scaling``, ``repeat``, ``epochs``, ``dataset_size``, ``n_params``,
+        ``lr_scaling``, ``inject`` (the example's ``--inject`` specs, None without), ``repeat``, ``epochs``, ``dataset_size``, ``n_params``,
         ``sampler_kind``, ``sampler_interval_s``, ``gpu_model``, ``horovod_controller``,
         ``time_origin``, ``start_time``, ``end_time``, ``wall_s`` and one ``vary_<name>``
         column per varied sweep parameter.

@@ -15,7 +15,10 @@ from analysis.metrics.breakdown import (
     horovod_allreduce,
     step_times,
     time_breakdown,
+    warmup_count,
+    warmup_summary,
 )
+from analysis.metrics.gap import explain_loss, rank_step_parts, scaling_loss
 from analysis.metrics.memory import compute_update_breakdown, peak_memory
 from analysis.metrics.model import (
     fit_alpha_beta,
@@ -45,6 +48,7 @@ __all__ = [
     "ddp_comm_overlap",
     "device_usage",
     "epoch_times",
+    "explain_loss",
     "fit_alpha_beta",
     "fit_speedup",
     "framework_overhead",
@@ -57,9 +61,11 @@ __all__ = [
     "pipeline_bubble",
     "predict_scaling",
     "predict_sync",
+    "rank_step_parts",
     "run_speedups",
     "run_summary",
     "scaled_learning_rate",
+    "scaling_loss",
     "scaling_table",
     "step_times",
     "straggler_summary",
@@ -69,5 +75,7 @@ __all__ = [
     "time_breakdown",
     "usage_by_ranks",
     "validation_curves",
+    "warmup_count",
+    "warmup_summary",
     "what_if",
 ]

@@ -26,7 +26,7 @@ def backend_comparison(
         ``by`` columns (e.g. :func:`analysis.metrics.scaling.run_summary`).
     sync
         Optional :func:`analysis.metrics.sync.sync_cost` output (``run_id``,
-        ``sync_mean_s``, ``sync_median_s``).
+        ``sync_mean_s``, ``exposed_mean_s``).
     by
         Columns that make two runs the same configuration; ``n_nodes`` separates
         intra-node (1) from inter-node runs.
@@ -36,7 +36,8 @@ def backend_comparison(
     pandas.DataFrame
         One row per configuration and ``config_backend``: ``n_runs``, ``epoch_time_s``
         (median over repeats), ``sync_per_step_s`` (median over repeats of the runs' mean
-        sync time per step; NaN without ``sync``), ``placement`` (``intra-node`` /
+        ``sync_total`` per step: the cost of a synchronisation; NaN without ``sync``),
+        ``exposed_per_step_s`` (the same for ``sync_exposed``: what the step pays), ``placement`` (``intra-node`` /
         ``inter-node``), ``relative_epoch_time`` (epoch time / the fastest backend's on
         that configuration, >= 1) and ``is_fastest``.
 
@@ -47,14 +48,14 @@ def backend_comparison(
     require_columns(per_run, ("run_id", "config_backend", "epoch_time_s", *by), "backend_comparison")
     t = per_run
     if sync is not None:
-        t = t.merge(sync[["run_id", "sync_mean_s"]], on="run_id", how="left")
+        t = t.merge(sync[["run_id", "sync_mean_s", "exposed_mean_s"]], on="run_id", how="left")
     else:
-        t = t.assign(sync_mean_s=np.nan)
+        t = t.assign(sync_mean_s=np.nan, exposed_mean_s=np.nan)
     keys = [*by, "config_backend"]
     out = (
         t.groupby(keys, sort=True, dropna=False)
         .agg(n_runs=("run_id", "size"), epoch_time_s=("epoch_time_s", "median"),
-             sync_per_step_s=("sync_mean_s", "median"))
+             sync_per_step_s=("sync_mean_s", "median"), exposed_per_step_s=("exposed_mean_s", "median"))
         .reset_index()
     )
     if "n_nodes" in out:

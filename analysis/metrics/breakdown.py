@@ -16,9 +16,10 @@ from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, group_keys, plain, require_columns
 
 #: Step components in priority order: an instant covered by several phases counts for the
-#: first one listed (compute hides communication; an explicit ``sync`` wait beats the
-#: ``optimizer`` phase it may be nested in).
-COMPONENTS: tuple[str, ...] = ("data", "forward", "backward", "sync", "optimizer")
+#: first one listed. An explicit ``sync`` phase is a wait for gradient synchronisation, so
+#: it beats the phase it is nested in: DDP's wait inside ``loss.backward()`` (recorded by
+#: the comm hook) and Horovod's ``synchronize()`` inside ``optimizer.step()``.
+COMPONENTS: tuple[str, ...] = ("data", "forward", "sync", "backward", "optimizer")
 #: Output column names of the components (the sync part is the exposed one).
 COMPONENT_COLUMNS: dict[str, str] = {
     "data": "data_s",
@@ -35,6 +36,13 @@ SHARE_COLUMNS: tuple[str, ...] = (
     "optimizer_frac",
     "other_frac",
 )
+#: ``cat`` of the ``comm`` records that mark a gradient collective in flight on a rank's
+#: own trace: DDP's bucket allreduces and Horovod's in-flight span (the comm hooks).
+IN_FLIGHT_CATS: tuple[str, ...] = ("ddp_hook", "hvd_hook")
+#: Horovod timeline rows that mark a collective in flight (rank 0's ``sync_total``).
+TIMELINE_CATS: tuple[str, ...] = ("negotiate", "op", "activity")
+#: The default warm-up rule of every step-level study (``docs/metrics.md``, "Warm-up").
+WARMUP = "auto"
 
 _STEP_PHASES = ("data", "forward", "backward", "sync", "optimizer")
 
@@ -78,6 +86,68 @@ def _windows_one(ph: pd.DataFrame) -> pd.DataFrame:
     end[same] = nxt.to_numpy()[same].astype(np.int64)
     out["step_end_ns"] = end
     return out[["epoch", "step", "step_start_ns", "step_end_ns"]]
+
+
+def warmup_count(step_s: np.ndarray, warmup: int | str | None = WARMUP) -> int:
+    """How many leading steps of one rank the warm-up rule drops.
+
+    Parameters
+    ----------
+    step_s
+        The rank's step times in time order.
+    warmup
+        ``"auto"`` (default), a number of steps, or ``0``/``None`` for none.
+
+    Notes
+    -----
+    ``"auto"``: a rank with at least 4 steps drops its first step (graph set-up, DDP's
+    bucket rebuild, Horovod's first negotiation without its response cache) and then every
+    following step that is longer than twice the median of the steps after the first,
+    up to 10 % of its steps (at least 1). Fewer than 4 steps: nothing is dropped.
+    """
+    n = len(step_s)
+    if warmup is None or warmup is False:
+        return 0
+    if isinstance(warmup, (int, np.integer)) and not isinstance(warmup, bool):
+        if warmup < 0:
+            raise ScalescopeError(f"warmup must be 'auto', a number of steps >= 0 or None, not {warmup!r}")
+        return min(int(warmup), n)
+    if warmup != "auto":
+        raise ScalescopeError(f"warmup must be 'auto', a number of steps >= 0 or None, not {warmup!r}")
+    if n < 4:
+        return 0
+    cap = max(1, n // 10)
+    med = float(np.median(step_s[1:]))
+    k = 1
+    while k < cap and step_s[k] > 2 * med:
+        k += 1
+    return k
+
+
+def warmup_steps(windows: pd.DataFrame, warmup: int | str | None = WARMUP) -> pd.Series:
+    """Boolean mask over :func:`step_times` rows: True for the warm-up steps to drop."""
+    mask = np.zeros(len(windows), dtype=bool)
+    if len(windows):
+        order = windows.sort_values(["run_id", "rank", "step_start_ns"], kind="stable")
+        for _, g in order.groupby(["run_id", "rank"], sort=False, dropna=False, observed=True):
+            k = warmup_count(g["step_time_s"].to_numpy(float), warmup)
+            if k:
+                mask[windows.index.get_indexer(g.index[:k])] = True
+    return pd.Series(mask, index=windows.index, name="warmup")
+
+
+def warmup_summary(events: pd.DataFrame, *, warmup: int | str | None = WARMUP) -> pd.DataFrame:
+    """What the warm-up rule drops: one row per (run_id, rank) with ``n_steps``,
+    ``n_warmup``, ``warmup_s`` (their time) and ``warmup_frac`` (of all step time)."""
+    w = step_times(events)
+    w = w.assign(warmup=warmup_steps(w, warmup))
+    g = w.groupby(["run_id", "rank"], sort=True, observed=True)
+    out = g.agg(n_steps=("step", "size"), n_warmup=("warmup", "sum"),
+                step_total_s=("step_time_s", "sum")).reset_index()
+    out["warmup_s"] = w[w["warmup"]].groupby(["run_id", "rank"], observed=True)["step_time_s"].sum().reindex(
+        pd.MultiIndex.from_frame(out[["run_id", "rank"]]), fill_value=0.0).to_numpy()
+    out["warmup_frac"] = out["warmup_s"] / out["step_total_s"]
+    return out.drop(columns=["step_total_s"])
 
 
 def step_times(events: pd.DataFrame) -> pd.DataFrame:
@@ -169,42 +239,74 @@ def covered_in_windows(ivs: iv.Intervals, starts: np.ndarray, ends: np.ndarray) 
 
 
 def _exclusive_sets(one: pd.DataFrame, comm: pd.DataFrame) -> dict[str, iv.Intervals]:
-    """Per component, the time it owns after the priority rule."""
+    """Per component, the time it owns after the priority rule (one rank's phases)."""
+    sets = {c: iv.union(one.loc[one["name"] == c, "start_ns"].to_numpy(np.int64), end_ns(one[one["name"] == c]))
+            for c in COMPONENTS}
+    if not len(sets["sync"][0]) and len(comm):
+        # Traces without a recorded wait (older DDP traces): the in-flight records that no
+        # compute phase covers are the exposed part.
+        busy = iv.union_of(*(sets[c] for c in COMPONENTS if c != "sync"))
+        sets["sync"] = iv.subtract(iv.union(comm["start_ns"].to_numpy(np.int64), end_ns(comm)), busy)
     owned: dict[str, iv.Intervals] = {}
     taken = iv.EMPTY
     for comp in COMPONENTS:
-        rows = one[one["name"] == comp]
-        starts, ends = rows["start_ns"].to_numpy(np.int64), end_ns(rows)
-        if comp == "sync" and len(comm):
-            starts = np.concatenate([starts, comm["start_ns"].to_numpy(np.int64)])
-            ends = np.concatenate([ends, end_ns(comm)])
-        u = iv.union(starts, ends)
-        owned[comp] = iv.subtract(u, taken)
-        taken = iv.union_of(taken, u)
+        owned[comp] = iv.subtract(sets[comp], taken)
+        taken = iv.union_of(taken, sets[comp])
     return owned
+
+
+def _by_rank(df: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
+    if df.empty:
+        return {}
+    return {(r, k): g for (r, k), g in df.groupby(["run_id", "rank"], sort=False, dropna=False, observed=True)}
+
+
+def _timeline_rows(events: pd.DataFrame) -> dict[object, pd.DataFrame]:
+    """Horovod timeline rows that mark a collective in flight, per run (rank 0's clock)."""
+    if "source" not in events:
+        return {}
+    tl = events[(plain(events["source"]) == "horovod") & plain(events["cat"]).isin(list(TIMELINE_CATS))]
+    tl = tl.assign(run_id=plain(tl["run_id"]))
+    return {r: g for r, g in tl.groupby("run_id", sort=False)}
+
+
+def _in_flight(sync_phases: iv.Intervals, comm: pd.DataFrame | None, timeline: pd.DataFrame | None) -> iv.Intervals:
+    """``sync_total``'s intervals of one rank: its in-flight records (or the Horovod timeline
+    on the rank that wrote it) together with its sync waits."""
+    parts = [sync_phases]
+    src = timeline if timeline is not None and len(timeline) else comm
+    if src is not None and len(src):
+        parts.append(iv.union(src["start_ns"].to_numpy(np.int64), end_ns(src)))
+    return iv.union_of(*parts)
 
 
 def time_breakdown(
     events: pd.DataFrame,
     *,
     level: Literal["step", "rank", "run"] = "rank",
-    comm_cats: Sequence[str] = ("ddp_hook",),
-    skip_steps: int = 0,
+    comm_cats: Sequence[str] = IN_FLIGHT_CATS,
+    warmup: int | str | None = WARMUP,
+    timeline_rank: int | None = 0,
 ) -> pd.DataFrame:
     """Shares of a training step: data, forward, backward, exposed sync, optimizer, other.
 
     Parameters
     ----------
     events
-        Event frame with our own ``phase`` rows (and DDP ``comm`` hook records).
+        Event frame with our own ``phase`` rows (and the comm hooks' ``comm`` records, and
+        a Horovod timeline).
     level
         ``"step"``: one row per (run, rank, step); ``"rank"``: per (run, rank);
         ``"run"``: per run (all ranks together).
     comm_cats
-        ``cat`` values of ``comm`` rows on the rank's own trace that count as gradient
-        synchronisation (DDP's bucket allreduce records by default).
-    skip_steps
-        Leave out the first ``skip_steps`` steps of every rank (warm-up).
+        ``cat`` values of ``comm`` rows on the rank's own trace that mark a gradient
+        collective in flight (DDP's bucket allreduces, Horovod's in-flight span).
+    warmup
+        Warm-up steps dropped on every rank: ``"auto"`` (default, :func:`warmup_count`),
+        a number of steps, or ``0``/``None``.
+    timeline_rank
+        The rank whose ``sync_total`` comes from the Horovod timeline when the run has one
+        (the coordinator, rank 0, writes it on its own clock); ``None``: never.
 
     Returns
     -------
@@ -212,17 +314,25 @@ def time_breakdown(
         Keys (``run_id``, ``rank``, and ``epoch``/``step`` at step level), ``n_steps``,
         ``step_time_s`` (sum of the step windows, s), ``step_mean_s``, ``data_s``,
         ``forward_s``, ``backward_s``, ``sync_exposed_s``, ``optimizer_s``, ``other_s``
-        (s), and the same as shares ``*_frac`` (0-1) that sum to 1.
+        (s), the same as shares ``*_frac`` (0-1) that sum to 1, and ``sync_total_s`` (not
+        a share: it overlaps compute).
 
     Notes
     -----
-    For each rank, each component's intervals are merged into a union; an instant covered
-    by several components is given to the first of data, forward, backward, sync,
-    optimizer (compute hides communication: DDP bucket allreduces under ``backward`` are
-    not exposed; a ``sync`` wait nested in ``optimizer`` counts as sync). Each union is
-    then measured inside every step window (see :func:`step_times`), so
-    ``other_s = step_time_s - (data_s + forward_s + backward_s + sync_exposed_s +
-    optimizer_s)`` is the idle / unattributed rest and the shares sum to 1 exactly.
+    ``docs/metrics.md`` defines every quantity. For each rank, each component's intervals
+    are merged into a union; an instant covered by several components is given to the
+    first of data, forward, sync, backward, optimizer (an explicit ``sync`` phase is a wait,
+    also when nested in ``backward`` as DDP's is, or in ``optimizer`` as Horovod's
+    ``synchronize()`` is). Each union is then measured inside every step window (see
+    :func:`step_times`), so ``other_s = step_time_s - (data_s + forward_s + backward_s +
+    sync_exposed_s + optimizer_s)`` is the idle / unattributed rest and the shares sum to
+    1 exactly. A rank without ``sync`` phases but with in-flight records takes as exposed
+    the in-flight time no other phase covers.
+
+    ``sync_total_s``: the union of the time a gradient collective is in flight in the
+    step: the comm hooks' records (Horovod: from the timeline on ``timeline_rank``), with
+    the rank's sync waits (a wait is for a collective in flight), so
+    ``sync_exposed_s <= sync_total_s``.
     """
     if level not in ("step", "rank", "run"):
         raise ScalescopeError(f"level must be 'step', 'rank' or 'run', not {level!r}")
@@ -230,14 +340,13 @@ def time_breakdown(
     comm_all = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
     comm_all = comm_all.assign(run_id=plain(comm_all["run_id"]))
     windows = step_times(events)
+    windows = windows[~warmup_steps(windows, warmup)]
+    phases_of, comm_of = _by_rank(ph), _by_rank(comm_all)
+    timelines = _timeline_rows(events) if timeline_rank is not None else {}
     rows = []
-    for run_id, rank in group_keys(windows, ("run_id", "rank")):
-        w = windows[(windows["run_id"] == run_id) & _eq(windows["rank"], rank)]
-        w = w.iloc[skip_steps:]
-        if w.empty:
-            continue
-        one = ph[(ph["run_id"] == run_id) & _eq(ph["rank"], rank)]
-        comm = comm_all[(comm_all["run_id"] == run_id) & _eq(comm_all["rank"], rank)]
+    for (run_id, rank), w in windows.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
+        one = phases_of.get((run_id, rank), ph.iloc[0:0])
+        comm = comm_of.get((run_id, rank), comm_all.iloc[0:0])
         owned = _exclusive_sets(one, comm)
         ws, we = w["step_start_ns"].to_numpy(np.int64), w["step_end_ns"].to_numpy(np.int64)
         part = pd.DataFrame(
@@ -251,11 +360,16 @@ def time_breakdown(
         )
         for comp in COMPONENTS:
             part[_ns(COMPONENT_COLUMNS[comp])] = covered_in_windows(owned[comp], ws, we)
+        sync_ph = one[one["name"] == "sync"]
+        waits = iv.union(sync_ph["start_ns"].to_numpy(np.int64), end_ns(sync_ph))
+        tl = timelines.get(run_id) if rank is not pd.NA and rank == timeline_rank else None
+        part["sync_total_ns"] = covered_in_windows(_in_flight(iv.union_of(waits, owned["sync"]), comm, tl), ws, we)
         rows.append(part)
-    ns_cols = ["step_ns"] + [_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS]
+    ns_cols = ["step_ns", *(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
     if not rows:
         keys = {"step": ["run_id", "rank", "epoch", "step"], "rank": ["run_id", "rank"], "run": ["run_id"]}[level]
-        cols = [*keys, "n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(), "other_s", *SHARE_COLUMNS]
+        cols = [*keys, "n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(), "other_s",
+                *SHARE_COLUMNS, "sync_total_s"]
         return pd.DataFrame(columns=cols)
     per_step = pd.concat(rows, ignore_index=True)
     per_step["n_steps"] = 1
@@ -276,7 +390,7 @@ def time_breakdown(
     result["step_time_s"] = step_ns / NS_PER_S
     result["step_mean_s"] = result["step_time_s"] / result["n_steps"]
     attributed = np.zeros(len(out), dtype=np.int64)
-    for comp in COMPONENTS:
+    for comp in ("data", "forward", "backward", "sync", "optimizer"):
         col = COMPONENT_COLUMNS[comp]
         vals = out[_ns(col)].to_numpy(np.int64)
         attributed += vals
@@ -284,10 +398,11 @@ def time_breakdown(
     other = step_ns - attributed
     result["other_s"] = other / NS_PER_S
     with np.errstate(invalid="ignore", divide="ignore"):
-        for comp in COMPONENTS:
+        for comp in ("data", "forward", "backward", "sync", "optimizer"):
             col = COMPONENT_COLUMNS[comp]
             result[col[:-2] + "_frac"] = out[_ns(col)].to_numpy(np.int64) / step_ns
         result["other_frac"] = other / step_ns
+    result["sync_total_s"] = out["sync_total_ns"].to_numpy(np.int64) / NS_PER_S
     return result.reset_index(drop=True)
 
 
@@ -390,6 +505,9 @@ def ddp_comm_overlap(events: pd.DataFrame, *, comm_cats: Sequence[str] = ("ddp_h
     Notes
     -----
     Bucket records may overlap each other; every duration is the length of a union.
+    Backward compute is the ``backward`` phase less the ``sync`` wait nested in it (the
+    priority rule of :func:`time_breakdown`), so a bucket that can only start when the
+    gradients are complete is not counted as overlapped.
     """
     require_columns(events, ("run_id", "rank", "kind", "cat", "start_ns", "dur_ns", "bytes"), "ddp_comm_overlap")
     comm = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
@@ -400,10 +518,10 @@ def ddp_comm_overlap(events: pd.DataFrame, *, comm_cats: Sequence[str] = ("ddp_h
         c = comm[(comm["run_id"] == run_id) & _eq(comm["rank"], rank)]
         cu = iv.union(c["start_ns"].to_numpy(np.int64), end_ns(c))
         one = ph[(ph["run_id"] == run_id) & _eq(ph["rank"], rank)]
-        back = one[one["name"] == "backward"]
-        busy = one[one["name"].isin(("data", "forward", "backward", "optimizer"))]
-        bu = iv.union(back["start_ns"].to_numpy(np.int64), end_ns(back))
-        busy_u = iv.union(busy["start_ns"].to_numpy(np.int64), end_ns(busy))
+        owned = _exclusive_sets(one, c)
+        # compute only: a sync wait nested in backward (DDP's) is not compute
+        bu = owned["backward"]
+        busy_u = iv.union_of(*(owned[k] for k in ("data", "forward", "backward", "optimizer")))
         total = iv.length(cu)
         ov = iv.length(iv.intersect(cu, bu))
         rows.append(

@@ -12,61 +12,50 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import _intervals as iv
-from analysis.metrics._common import NS_PER_S, end_ns, group_keys, plain, require_columns
-from analysis.metrics.breakdown import _eq, covered_in_windows, step_times
+from analysis.metrics._common import plain, require_columns
+from analysis.metrics.breakdown import IN_FLIGHT_CATS, WARMUP, time_breakdown
 
 
-def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = ("ddp_hook",), skip_steps: int = 0) -> pd.DataFrame:
-    """Time of every gradient synchronisation: one per rank and step.
+def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CATS,
+               warmup: int | str | None = WARMUP) -> pd.DataFrame:
+    """Both gradient-synchronisation times of every step: one row per rank and step.
 
     Parameters
     ----------
     events
-        Event frame with our ``phase`` rows (and DDP ``comm`` hook records).
+        Event frame with our ``phase`` rows (and the comm hooks' records, and a Horovod
+        timeline).
     comm_cats
-        ``cat`` values of ``comm`` rows used when a rank has no ``sync`` phase.
-    skip_steps
-        Leave out the first steps of every rank (warm-up).
+        ``cat`` values of ``comm`` rows that mark a gradient collective in flight.
+    warmup
+        Warm-up steps dropped on every rank (see
+        :func:`~analysis.metrics.breakdown.warmup_count`).
 
     Returns
     -------
     pandas.DataFrame
-        One row per (run_id, rank, epoch, step): ``sync_s`` (s). Ranks without any
-        synchronisation record (runs without a framework) give no rows.
+        One row per (run_id, rank, epoch, step): ``sync_total_s`` (a gradient collective
+        in flight) and ``sync_exposed_s`` (the training thread waiting for it), in s.
+        Ranks without any synchronisation record (runs without a framework) give no rows.
 
     Notes
     -----
-    The synchronisation of a step is the union of its ``sync`` phases inside the step
-    window (:func:`~analysis.metrics.breakdown.step_times`); for a rank that records no
-    ``sync`` phase, the union of its gradient communication records (DDP bucket
-    allreduces), whether or not they overlap backward.
+    Both are measured inside the step window as in
+    :func:`~analysis.metrics.breakdown.time_breakdown`; ``docs/metrics.md`` defines them
+    for Horovod and DDP alike.
     """
     require_columns(events, ("run_id", "rank", "kind", "name", "cat", "start_ns", "dur_ns"), "sync_times")
     kind, name, cat = plain(events["kind"]), plain(events["name"]), plain(events["cat"])
-    sync_ph = events[(kind == "phase") & (name == "sync")]
-    comm = events[(kind == "comm") & cat.isin(list(comm_cats))]
-    windows = step_times(events)
-    rows = []
-    for run_id, rank in group_keys(windows, ("run_id", "rank")):
-        w = windows[(windows["run_id"] == run_id) & _eq(windows["rank"], rank)].iloc[skip_steps:]
-        src = sync_ph[(plain(sync_ph["run_id"]) == run_id) & _eq(sync_ph["rank"], rank)]
-        if src.empty:
-            src = comm[(plain(comm["run_id"]) == run_id) & _eq(comm["rank"], rank)]
-        if src.empty or w.empty:
-            continue
-        u = iv.union(src["start_ns"].to_numpy(np.int64), end_ns(src))
-        cov = covered_in_windows(u, w["step_start_ns"].to_numpy(np.int64), w["step_end_ns"].to_numpy(np.int64))
-        rows.append(pd.DataFrame({"run_id": run_id, "rank": rank, "epoch": w["epoch"].to_numpy(),
-                                  "step": w["step"].to_numpy(), "sync_s": cov / NS_PER_S}))
-    if not rows:
-        return pd.DataFrame({"run_id": pd.Series(dtype=object), "rank": pd.Series(dtype="Int32"),
-                             "epoch": pd.Series(dtype="Int32"), "step": pd.Series(dtype="Int32"),
-                             "sync_s": pd.Series(dtype=float)})
-    out = pd.concat(rows, ignore_index=True)
-    for col in ("rank", "epoch", "step"):
-        out[col] = out[col].astype("Int32")
-    return out
+    has = events[((kind == "phase") & (name == "sync")) | ((kind == "comm") & cat.isin(list(comm_cats)))]
+    ranks = set(zip(plain(has["run_id"]), has["rank"].astype(object), strict=True))
+    if "source" in events:
+        tl_runs = set(plain(events.loc[plain(events["source"]) == "horovod", "run_id"]))
+        ranks |= {(r, k) for r, k in zip(plain(events["run_id"]), events["rank"].astype(object), strict=True)
+                  if r in tl_runs and k == 0}
+    per_step = time_breakdown(events, level="step", comm_cats=comm_cats, warmup=warmup)
+    keep = [(r, k) in ranks for r, k in zip(per_step["run_id"], per_step["rank"].astype(object), strict=True)]
+    out = per_step.loc[keep, ["run_id", "rank", "epoch", "step", "sync_total_s", "sync_exposed_s"]]
+    return out.reset_index(drop=True)
 
 
 def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -83,25 +72,30 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
     Returns
     -------
     pandas.DataFrame
-        One row per run: ``n_syncs``, ``n_rank_epochs``, ``sync_median_s``,
-        ``sync_q25_s``, ``sync_q75_s``, ``sync_min_s``, ``sync_max_s``, ``sync_mean_s``,
-        ``sync_total_s``, ``syncs_per_epoch``, ``sync_per_epoch_s``.
+        One row per run: ``n_syncs``, ``n_rank_epochs``; on ``sync_total`` (the cost of a
+        synchronisation): ``sync_median_s``, ``sync_q25_s``, ``sync_q75_s``,
+        ``sync_min_s``, ``sync_max_s``, ``sync_mean_s``, ``sync_sum_s``,
+        ``syncs_per_epoch``, ``sync_per_epoch_s``; on ``sync_exposed`` (what the step
+        pays): ``exposed_mean_s``, ``exposed_sum_s``, ``exposed_per_epoch_s`` and
+        ``exposed_frac_of_total`` (exposed / total: 1 when nothing overlaps compute).
 
     Notes
     -----
-    With S the sum of all synchronisation times of a run, k the number of
+    With S the sum of all ``sync_total`` times of a run, k the number of
     synchronisations and E the number of (rank, epoch) pairs:
     ``sync_mean_s = S/k``, ``syncs_per_epoch = k/E`` (= batches per rank per epoch),
-    ``sync_per_epoch_s = S/E = syncs_per_epoch · sync_mean_s``. Median and quartiles are
-    over all synchronisations of all ranks.
+    ``sync_per_epoch_s = S/E = syncs_per_epoch · sync_mean_s``; the ``exposed_*`` columns
+    are the same with the ``sync_exposed`` times. Median and quartiles are over all
+    synchronisations of all ranks.
     """
-    require_columns(syncs, ("run_id", "rank", "epoch", "sync_s"), "sync_cost")
+    require_columns(syncs, ("run_id", "rank", "epoch", "sync_total_s", "sync_exposed_s"), "sync_cost")
     s = syncs.assign(run_id=syncs["run_id"].astype(object))
     rows = []
     for run_id, g in s.groupby("run_id", sort=True):
-        v = g["sync_s"].to_numpy(float)
+        v = g["sync_total_s"].to_numpy(float)
+        x = g["sync_exposed_s"].to_numpy(float)
         n_re = len(g[["rank", "epoch"]].astype(object).drop_duplicates())
-        total = float(v.sum())
+        total, exposed = float(v.sum()), float(x.sum())
         rows.append({
             "run_id": run_id,
             "n_syncs": len(v),
@@ -112,13 +106,18 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
             "sync_min_s": float(v.min()),
             "sync_max_s": float(v.max()),
             "sync_mean_s": total / len(v),
-            "sync_total_s": total,
+            "sync_sum_s": total,
             "syncs_per_epoch": len(v) / n_re,
             "sync_per_epoch_s": total / n_re,
+            "exposed_mean_s": exposed / len(v),
+            "exposed_sum_s": exposed,
+            "exposed_per_epoch_s": exposed / n_re,
+            "exposed_frac_of_total": exposed / total if total > 0 else np.nan,
         })
     out = pd.DataFrame(rows, columns=["run_id", "n_syncs", "n_rank_epochs", "sync_median_s", "sync_q25_s",
-                                      "sync_q75_s", "sync_min_s", "sync_max_s", "sync_mean_s", "sync_total_s",
-                                      "syncs_per_epoch", "sync_per_epoch_s"])
+                                      "sync_q75_s", "sync_min_s", "sync_max_s", "sync_mean_s", "sync_sum_s",
+                                      "syncs_per_epoch", "sync_per_epoch_s", "exposed_mean_s", "exposed_sum_s",
+                                      "exposed_per_epoch_s", "exposed_frac_of_total"])
     if runs is not None:
         meta = [c for c in ("run_id", "framework", "backend", "config_backend", "n_ranks", "n_nodes",
                             "batch_size", "repeat") if c in runs.columns]
@@ -141,7 +140,8 @@ def sync_scaling(cost: pd.DataFrame, *, by: Sequence[str] = ("config_backend", "
     pandas.DataFrame
         One row per configuration and ``n_ranks``: ``n_runs``, ``syncs_per_epoch``,
         ``sync_mean_s``, ``sync_median_s`` (median of the runs' medians), ``sync_min_s``,
-        ``sync_max_s``, ``sync_per_epoch_s``, and relative to the configuration's smallest
+        ``sync_max_s``, ``sync_per_epoch_s`` (all on ``sync_total``), ``exposed_mean_s``
+        and ``exposed_per_epoch_s`` (on ``sync_exposed``), and relative to the configuration's smallest
         rank count: ``syncs_ratio``, ``time_per_sync_ratio``, ``sync_per_epoch_ratio``
         (their product), ``fewer_syncs_win`` (True when the sync time per epoch fell).
 
@@ -151,10 +151,11 @@ def sync_scaling(cost: pd.DataFrame, *, by: Sequence[str] = ("config_backend", "
     ``sync_per_epoch_s = syncs_per_epoch · sync_mean_s`` holds per row and
     ``sync_per_epoch_ratio = syncs_ratio · time_per_sync_ratio`` exactly.
     """
-    require_columns(cost, ("n_ranks", "n_syncs", "n_rank_epochs", "sync_total_s", *by), "sync_scaling")
+    require_columns(cost, ("n_ranks", "n_syncs", "n_rank_epochs", "sync_sum_s", *by), "sync_scaling")
     rows = []
     for key, g in cost.groupby([*by, "n_ranks"], sort=True, dropna=False):
-        k, e, s = g["n_syncs"].sum(), g["n_rank_epochs"].sum(), g["sync_total_s"].sum()
+        k, e, s = g["n_syncs"].sum(), g["n_rank_epochs"].sum(), g["sync_sum_s"].sum()
+        x = g["exposed_sum_s"].sum() if "exposed_sum_s" in g else np.nan
         row = dict(zip([*by, "n_ranks"], key, strict=False))
         row.update({
             "n_nodes": g["n_nodes"].max() if "n_nodes" in g else np.nan,
@@ -165,6 +166,8 @@ def sync_scaling(cost: pd.DataFrame, *, by: Sequence[str] = ("config_backend", "
             "sync_min_s": float(g["sync_min_s"].min()),
             "sync_max_s": float(g["sync_max_s"].max()),
             "sync_per_epoch_s": s / e,
+            "exposed_mean_s": x / k,
+            "exposed_per_epoch_s": x / e,
         })
         rows.append(row)
     out = pd.DataFrame(rows)

@@ -83,7 +83,7 @@ def test_step_windows_without_step_phase():
     assert b["n_steps"].tolist() == [1, 1, 1]
 
 
-def test_levels_and_skip_steps():
+def test_levels_and_warmup():
     ev = concat([
         phases([("step", 0, 0, 10), ("forward", 0, 0, 10), ("step", 1, 10, 30), ("forward", 1, 10, 20)], rank=0),
         phases([("step", 0, 0, 10), ("forward", 0, 0, 5), ("step", 1, 10, 30), ("forward", 1, 10, 30)], rank=1),
@@ -94,7 +94,7 @@ def test_levels_and_skip_steps():
     by_run = time_breakdown(ev, level="run")
     assert by_run["forward_frac"].iloc[0] == pytest.approx(45 / 60)
     assert by_run["step_mean_s"].iloc[0] == pytest.approx(60e-9 / 4)
-    skipped = time_breakdown(ev, level="rank", skip_steps=1)
+    skipped = time_breakdown(ev, level="rank", warmup=1)
     assert skipped["forward_frac"].tolist() == pytest.approx([10 / 20, 20 / 20])
 
 

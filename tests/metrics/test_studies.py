@@ -57,12 +57,14 @@ def test_backend_comparison():
     pr = pd.DataFrame({"run_id": ["g", "m", "g2", "m2"], "config_backend": ["hvd-gloo", "hvd-mpi"] * 2,
                        "batch_size": 10, "n_ranks": [2, 2, 4, 4], "n_nodes": [1, 1, 2, 2],
                        "epoch_time_s": [10.0, 8.0, 6.0, 7.5]})
-    sync = pd.DataFrame({"run_id": ["g", "m", "g2", "m2"], "sync_mean_s": [0.2, 0.1, 0.3, 0.5]})
+    sync = pd.DataFrame({"run_id": ["g", "m", "g2", "m2"], "sync_mean_s": [0.2, 0.1, 0.3, 0.5],
+                         "exposed_mean_s": [0.1, 0.05, 0.2, 0.4]})
     t = backend_comparison(pr, sync=sync).set_index(["n_ranks", "config_backend"])
     assert t.loc[(2, "hvd-gloo"), "relative_epoch_time"] == pytest.approx(1.25)
     assert bool(t.loc[(2, "hvd-mpi"), "is_fastest"])
     assert t.loc[(4, "hvd-mpi"), "placement"] == "inter-node"
     assert t.loc[(4, "hvd-mpi"), "sync_per_step_s"] == pytest.approx(0.5)
+    assert t.loc[(4, "hvd-mpi"), "exposed_per_step_s"] == pytest.approx(0.4)
 
 
 def test_scaled_learning_rate():

@@ -32,9 +32,13 @@ def _run(run_id, n_ranks, steps_per_epoch, sync_ns, epochs=2, step_ns=10_000):
 
 def test_sync_times_one_row_per_rank_and_step():
     ev = _run("a", 2, 3, 20)
-    s = sync_times(ev)
+    s = sync_times(ev, warmup=0)
     assert len(s) == 2 * 3 * 2
-    assert s["sync_s"].tolist() == pytest.approx([20e-9] * 12)
+    # a sync wait is for a collective in flight: total covers it, and it is all exposed
+    assert s["sync_total_s"].tolist() == pytest.approx([20e-9] * 12)
+    assert s["sync_exposed_s"].tolist() == pytest.approx([20e-9] * 12)
+    # the default warm-up rule drops each rank's first step (6 steps per rank here)
+    assert len(sync_times(ev)) == 2 * 5
 
 
 def test_sync_times_falls_back_to_ddp_records():
@@ -44,7 +48,10 @@ def test_sync_times_falls_back_to_ddp_records():
         make_events(run_id="d", rank=0, kind="comm", cat="ddp_hook", name="allreduce", source="t",
                     start_ns=[30, 50], dur_ns=[30, 30]),
     ])
-    assert sync_times(ev)["sync_s"].tolist() == pytest.approx([50e-9])
+    s = sync_times(ev)
+    # in flight: the union of both buckets; exposed: what backward does not cover
+    assert s["sync_total_s"].tolist() == pytest.approx([50e-9])
+    assert s["sync_exposed_s"].tolist() == pytest.approx([20e-9])
 
 
 def test_no_sync_records_no_rows():
@@ -60,7 +67,7 @@ def test_sync_cost_and_decomposition():
                  _run("np4", 4, 1, 5000)])
     runs = pd.DataFrame({"run_id": ["np1", "np2a", "np2b", "np4"], "n_ranks": [1, 2, 2, 4],
                          "n_nodes": [1, 1, 1, 2], "config_backend": "horovod-gloo", "batch_size": 10})
-    syncs = sync_times(ev)
+    syncs = sync_times(ev, warmup=0)
     before = copy.deepcopy(syncs)
     cost = sync_cost(syncs, runs=runs)
     pd.testing.assert_frame_equal(syncs, before)

@@ -66,8 +66,11 @@ def test_plot_sync_three_panels_in_ms():
     assert list(fig.data[0].y) == pytest.approx([1.5, 3.5, 5.0])
     assert list(fig.data[1].y) == [4, 2, 1]
     assert list(fig.data[2].y) == pytest.approx([6, 7, 5])
-    assert fig.layout.yaxis.title.text == "time per sync (ms)"
-    assert fig.layout.yaxis3.title.text == "sync time per epoch (ms)"
+    assert fig.layout.yaxis.title.text == "sync_total per sync (ms)"
+    assert fig.layout.yaxis3.title.text == "sync_total per epoch (ms)"
+    exposed = P.plot_sync(t.assign(exposed_mean_s=[0.001, 0.002, 0.004]))
+    assert [tr.name for tr in exposed.data[:2]] == ["hg", "hg (exposed)"]
+    assert list(exposed.data[1].y) == pytest.approx([1.0, 2.0, 4.0])
 
 
 def test_plot_device_usage_panels_for_sampled_metrics_only():
@@ -87,7 +90,7 @@ def test_plot_backends_overhead_batch_model():
     fig = P.plot_backends(b)
     assert [tr.name for tr in fig.data[:1]] == ["hvd-gloo"]
     assert list(fig.data[1].y) == pytest.approx([200.0])
-    assert fig.layout.yaxis2.title.text == "sync time per step (ms)"
+    assert fig.layout.yaxis2.title.text == "sync_total per step (ms)"
     o = pd.DataFrame({"config_backend": ["horovod-gloo"], "epoch_time_s": [0.046], "baseline_epoch_time_s": [0.04],
                       "overhead_pct": [15.0]})
     fo = P.plot_overhead(o)
