@@ -29,10 +29,16 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
         description="Report which parts of scalescope are usable on this machine and what each missing piece disables.",
     )
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--gpu-check", action="store_true",
+                   help="run every GPU path (NVML, CUDA training, DDP/Horovod over NCCL, CUDA Kineto trace, nsys, "
+                        "NCCL log capture, NCCL allreduce benchmark) through scripts/gpu_check.py; docs/gpu-check.md")
+    p.add_argument("--out", default="runs/gpu-check", help="output directory of --gpu-check (default runs/gpu-check)")
 
     def run(args: argparse.Namespace) -> int:
         from analysis import doctor
 
+        if args.gpu_check:
+            return doctor.gpu_check(out=args.out)
         return doctor.main(as_json=args.json)
 
     p.set_defaults(func=run)

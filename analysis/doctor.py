@@ -220,3 +220,19 @@ def main(*, as_json: bool = False) -> int:
         console.print("[bold]horovodrun --check-build[/]")
         console.print(re.sub(r"\n{2,}", "\n", check), markup=False)
     return 0
+
+
+def gpu_check(*, out: str = "runs/gpu-check") -> int:
+    """``scalescope doctor --gpu-check``: run ``scripts/gpu_check.py`` of this checkout.
+
+    Returns its exit status (0 all passed, 1 a step failed, 2 no NVIDIA GPU). The script
+    lives beside the packages in a source checkout; an installed wheel has no ``scripts/``.
+    """
+    from pathlib import Path
+
+    from analysis.errors import ScalescopeError
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+    if not script.is_file():
+        raise ScalescopeError(f"{script} not found: the GPU check runs from a source checkout of scalescope")
+    return subprocess.call([sys.executable, str(script), "--out", str(out)], cwd=script.parents[1])

@@ -96,6 +96,9 @@ _RING_HEADER = re.compile(r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<mm>\d+))? :(?P<
 _GRAPH_RING = re.compile(r"^Ring (?P<ch>\d+) : (?P<prev>-?\d+) -> (?P<rank>\d+) -> (?P<next>-?\d+)\s*$")
 _GRAPH_TREE = re.compile(r"^Tree (?P<ch>\d+) : (?P<up>-?\d+) -> (?P<rank>\d+) -> (?P<down>[-\d/]+)\s*$")
 _TREE_ITEM = re.compile(r"\[(?P<ch>\d+)\] (?P<item>\S+)")
+_TREE_FULL = re.compile(r"^[-\d/]+->-?\d+->[-\d/]+(?:\|[-\d/]+->-?\d+->[-\d/]+)?$")
+#: NCCL formats each line in a 1024-byte buffer: a longer one is cut (FORMATS.md §1.2).
+CUT_LINE_LEN = 1023
 _CHANNELS = re.compile(r"^(?P<n>\d+) coll channels,(?:.*?(?P<nvls>\d+) nvls channels)?")
 _NETWORK = re.compile(r"^Using network (?P<net>.+?)\s*$")
 _IB = re.compile(r"^NET/IB ?: ?(?P<what>.*?)\s*$")
@@ -184,6 +187,9 @@ def _parse_message(lineno: int, pre: re.Match, msg: str) -> list[dict]:
     if msg.startswith("Trees"):
         out = []
         for it in _TREE_ITEM.finditer(msg):
+            if not _TREE_FULL.match(it["item"]):  # the item NCCL's line buffer cut
+                out.append({"line": lineno, "record": "_cut"})
+                continue
             parts = it["item"].split("->")
             rank = int(parts[1]) if len(parts) >= 3 and parts[1].lstrip("-").isdigit() else None
             out.append(_row(lineno, "tree", pre, channel=int(it["ch"]), rank=rank, text=it["item"]))
@@ -370,6 +376,12 @@ def read(path: Path, *, run_id: str | None = None) -> pd.DataFrame:
         last = text.rsplit("\n", 1)[-1]
         warnings.warn(f"{path}: the last line has no newline (log truncated?); read up to line "
                       f"{text.count(chr(10)) + 1}: {last[:80]!r}", RecoveryWarning, stacklevel=3)
+    cut = [r["line"] for r in rows if r["record"] == "_cut"]
+    if cut:
+        rows = [r for r in rows if r["record"] != "_cut"]
+        warnings.warn(f"{path}: {len(cut)} Trees item(s) cut off where NCCL's {CUT_LINE_LEN + 1}-byte line buffer "
+                      f"ended (line(s) {', '.join(map(str, cut[:5]))}); the channels after them are not listed",
+                      RecoveryWarning, stacklevel=3)
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("run_id", "source")], dtype=object)
     df = df.where(pd.notna(df), None)
     df = _repair_hosts(df, path)

@@ -13,7 +13,8 @@ and ``numa_affinity`` of ``device`` (text as printed; missing for NIC rows).
 Parsing follows the recipe in FORMATS.md ("nvidia-smi topo -m matrix"): the header is the
 first line containing ``GPU0``; its tokens before ``CPU`` are the device labels; a row is a
 line whose first token is a label and that is not the header; the next N tokens are cells;
-the matrix ends at the first blank line or ``Legend:``. Any tabs/spaces mix is accepted.
+the matrix ends at the first blank line or ``Legend:``. Any tabs/spaces mix is accepted, and
+so are ANSI escapes (the header is underlined). A one-GPU matrix gives an empty frame.
 An unknown cell token, or a row with fewer cells than labels (a truncated file), is a
 :class:`~analysis.errors.ReadError` naming the file and the line.
 """
@@ -40,6 +41,9 @@ COLUMNS: dict[str, str] = {
 _CELL = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|SOC|NV\d+)$")
 _CLASS = {"PIX": "pcie-switch", "PXB": "pcie-switch", "PHB": "pcie-host-bridge", "NODE": "numa-node",
           "SYS": "cross-socket", "SOC": "cross-socket"}
+#: nvidia-smi underlines the header with ANSI escapes (``\x1b[4m ... \x1b[0m``), even
+#: into a file (seen with driver 580.159.04, tests/data/topo).
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 
 
@@ -59,7 +63,7 @@ def sniff(path: Path) -> bool:
     path = Path(path)
     if not path.name.lower().endswith(SUFFIXES):
         return False
-    text = head(path, 8192).decode("utf-8", errors="replace")
+    text = _ANSI.sub("", head(path, 8192).decode("utf-8", errors="replace"))
     lines = text.splitlines()
     for i, ln in enumerate(lines):
         if "GPU0" in ln and "NCCL" not in ln:
@@ -90,7 +94,7 @@ def read(path: Path, *, run_id: str | None = None, host: str | None = None) -> p
         One row per ordered device pair, columns :data:`COLUMNS` (module docstring).
     """
     path = Path(path)
-    lines = read_bytes(path).decode("utf-8", errors="replace").splitlines()
+    lines = _ANSI.sub("", read_bytes(path).decode("utf-8", errors="replace")).splitlines()
     start = next((i for i, ln in enumerate(lines) if "GPU0" in ln), None)
     if start is None:
         raise ReadError(path, "no 'GPU0' header: not an nvidia-smi topo -m matrix")

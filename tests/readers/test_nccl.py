@@ -217,3 +217,38 @@ def test_truncated_topo_matrix_names_file_and_line(corpus, tmp_path):
     f.write_text("\n".join(lines[:4]) + "\n" + lines[4][:20])
     with pytest.raises(ReadError, match=r"topo\.txt: line 5: .*cells for 8 devices"):
         analysis.read(f, format="nvsmi_topo")
+
+
+# -- the project's own captures (tests/data, made on the lent H100; see the READMEs) ----------
+
+DATA = ROOT / "tests" / "data"
+
+
+def test_own_h100_capture():
+    path = DATA / "nccl" / "h100_ddp_nccl_np1.log"
+    assert readers.sniff(path) == "nccl"
+    with pytest.warns(RecoveryWarning, match=r"1 Trees item\(s\) cut off where NCCL's 1024-byte line buffer ended"):
+        df = analysis.read(path)
+    assert set(df["nccl_version"]) == {"2.28.9+cuda13.0"} and set(df["host"]) == {"vm"} and set(df["pid"]) == {617}
+    comm = df[df["record"] == "comm"]
+    assert comm["text"].tolist() == ["Init START", "topology", "Init COMPLETE", "timings", "Destroy COMPLETE"]
+    assert set(comm["nranks"]) == {1} and set(comm["n_nodes"].dropna()) == {1}
+    assert set(comm["comm_id"].dropna()) == {"0xba78fc8a9b50abf3"}
+    rings = df[df["record"] == "ring"]
+    assert len(rings) == 64 and set(rings["n_channels"]) == {64} and set(rings["text"]) == {"0"}
+    # the Trees line is 1023 characters: NCCL's buffer cut it inside item [47]
+    assert max(len(x) for x in path.read_text().splitlines()) == 1023
+    assert df.loc[df["record"] == "tree", "channel"].tolist() == list(range(47))
+    assert not (df["record"] == "connection").any() and not (df["record"] == "warn").any()
+    assert df.loc[df["record"] == "channels", "n_nvls_channels"].tolist() == [0]
+    assert df.loc[df["record"] == "network", "net"].tolist() == ["Socket"]
+    assert df.loc[df["record"] == "ib", "text"].tolist() == ["No device found.", "Using [RO]; OOB eth0:192.0.2.2<0>"]
+
+
+def test_own_single_gpu_topo_with_ansi_header():
+    path = DATA / "topo" / "h100_single_gpu.topo.txt"
+    assert b"\x1b[4m" in path.read_bytes()
+    assert readers.sniff(path) == "nvsmi_topo"
+    df = analysis.read(path)
+    nvsmi_topo.validate(df)
+    assert len(df) == 0  # one GPU: no pair
