@@ -233,16 +233,30 @@ def masked(values: np.ndarray, mask: np.ndarray, dtype: str, *, damage: Any = No
 
 
 class Categories:
-    """A string column's category list, grown chunk by chunk; chunks become int32 codes."""
+    """A string column's category list, grown chunk by chunk; chunks become int32 codes.
 
-    def __init__(self) -> None:
+    ``props`` are per-category tables grown with the list: ``name=(fn, dtype, fill)`` keeps
+    ``self.props[name]``, ``fn(category)`` for each category and a trailing slot ``fill``
+    that serves code -1 (missing), so that ``self.props[name][codes]`` looks codes up.
+    """
+
+    def __init__(self, **props: tuple[Callable[[Any], Any], Any, Any]) -> None:
         self.index: dict[Any, int] = {}
+        self._props = props
+        self.props = {k: np.array([fill], dtype=dtype) for k, (_, dtype, fill) in props.items()}
 
     def encode(self, values: list) -> np.ndarray:
         """int32 codes of ``values`` (-1 for None) in the growing category list."""
         codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
+        n = len(self.index)
         remap = np.array([self.index.setdefault(u, len(self.index)) for u in uniques] + [-1],
                          dtype=np.int32)
+        if self._props and len(self.index) > n:
+            new = list(self.index)[n:]
+            for k, (fn, dtype, _) in self._props.items():
+                t = self.props[k]
+                self.props[k] = np.concatenate([t[:-1], np.array([fn(c) for c in new], dtype),
+                                                t[-1:]])
         return remap[codes]  # code -1 maps to the appended -1
 
 
@@ -262,6 +276,43 @@ class Codes:
         if self.convert is not None:
             x = self.convert(x)
         return self.table[x + self.offset]
+
+
+#: Largest int key served by a lookup table (4 MiB) in :class:`KeyCodes` rather than a search.
+KEY_TABLE_MAX = 1 << 20
+
+
+class KeyCodes:
+    """Category codes of int keys (a category per key, as ``{key: value}``; -1: no key).
+
+    :attr:`categories` are the distinct values; calling the object maps an int array of
+    keys (negative: none) to int32 codes, by a lookup table when the keys are small
+    non-negative integers (Horovod's tensor pids), else by a search.
+    """
+
+    def __init__(self, values: dict[int, Any]) -> None:
+        keys = np.array(list(values), dtype=np.int64)
+        codes, uniq = pd.factorize(np.array(list(values.values()), dtype=object))
+        self.categories = list(uniq)
+        self.table = None
+        if keys.min() >= 0 and keys.max() < KEY_TABLE_MAX:
+            self.table = np.full(int(keys.max()) + 2, -1, dtype=np.int32)
+            self.table[keys] = codes
+        else:
+            korder = np.argsort(keys)
+            self.keys = keys[korder]
+            self.codes = np.asarray(codes)[korder].astype(np.int32)
+
+    def __call__(self, key: np.ndarray) -> np.ndarray:
+        ok = key >= 0
+        if self.table is not None:
+            last = self.table.size - 1
+            return self.table[np.where(ok, np.minimum(key, last), last)]
+        out = np.full(key.size, -1, dtype=np.int32)
+        where = np.minimum(np.searchsorted(self.keys, key), self.keys.size - 1)
+        found = (self.keys[where] == key) & ok
+        out[found] = self.codes[where[found]]
+        return out
 
 
 # --------------------------------------------------------------------------------------

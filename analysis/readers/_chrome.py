@@ -655,3 +655,109 @@ def int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     mask = np.array([v is None for v in vals], dtype=bool)
     arr = np.array([0 if v is None else v for v in vals], dtype=np.int64)
     return arr, mask
+
+
+# --------------------------------------------------------------------------------------
+# Records
+
+
+def lenient(decoder: msgspec.json.Decoder, record: type, *, drop: tuple[str, ...] = (),
+            errors: tuple[type[Exception], ...] = (msgspec.ValidationError,),
+            ) -> Callable[[bytes], list]:
+    """A ``decode`` for :class:`ChunkDecoder`: the typed ``decoder`` (a list of ``record``),
+    and when a field somewhere has an unexpected type, a record-by-record conversion.
+
+    A record that does not convert (raising one of ``errors``) is retried without the keys
+    ``drop`` that hold an object (unusual ``args``: the event is kept), else becomes None.
+    """
+
+    def convert(r: Any) -> Any:
+        try:
+            return msgspec.convert(r, record, strict=False)
+        except errors:
+            if isinstance(r, dict) and any(isinstance(r.get(k), dict) for k in drop):
+                try:
+                    return msgspec.convert({k: v for k, v in r.items() if k not in drop},
+                                           record, strict=False)
+                except errors:
+                    pass
+            return None
+
+    def decode(data: bytes) -> list:
+        try:
+            return decoder.decode(data)
+        except msgspec.ValidationError:
+            raw = msgspec.json.decode(data)
+            if not isinstance(raw, list):
+                raise
+            return [convert(r) for r in raw]
+
+    return decode
+
+
+class _ExactTimes(msgspec.Struct, gc=False):
+    ph: str = ""
+    ts: Any = None
+    dur: Any = None
+
+
+_EXACT_DECODER = msgspec.json.Decoder(list[_ExactTimes], float_hook=str)
+
+
+def _needs_text(keep: list, values: np.ndarray, attr: str) -> bool:
+    """Whether a float value at or above 2**43 µs (where float64 spacing exceeds 0.5 ns) is
+    present: its ns must be read from the text."""
+    big = np.flatnonzero(np.abs(np.nan_to_num(values)) >= EXACT_LIMIT_US)
+    return any(type(getattr(keep[i], attr)) is float for i in big.tolist())
+
+
+def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
+                ) -> tuple[list, np.ndarray, np.ndarray]:
+    """``(records, ts_ns, dur_ns)``: the records of a chunk that have a ``ts``, and their
+    ``ts`` and ``dur`` (0 when absent) in exact int64 ns.
+
+    ``keep`` are the chunk's records (decoded with ``ts``/``dur`` as ``int | float``) whose
+    phase is in ``phases``, ``body`` the chunk's text. Values are converted with
+    :func:`us_to_ns`; when a float at or above 2**43 µs is present, the chunk is decoded
+    again with its numbers kept as text (:func:`text_us_to_ns`). Records without a ``ts``
+    are dropped; both are noted in ``damage``.
+    """
+    ts = np.array([e.ts for e in keep], dtype=np.float64)
+    dur = np.array([e.dur for e in keep], dtype=np.float64)
+    ts_ok = ~np.isnan(ts)
+    ts_ns, bad_ts = us_to_ns(np.where(ts_ok, ts, 0.0))
+    dur_ns, bad_dur = us_to_ns(np.where(np.isnan(dur), 0.0, dur))
+    if (bad_ts.any() or bad_dur.any() or _needs_text(keep, ts, "ts")
+            or _needs_text(keep, dur, "dur")):
+        try:
+            exact = [e for e in _EXACT_DECODER.decode(b"[" + body + b"]") if e.ph in phases]
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            exact = None
+        if exact is not None and len(exact) == len(keep):
+            ts_ns = np.array([text_us_to_ns(e.ts) or 0 for e in exact], dtype=np.int64)
+            dur_ns = np.array([text_us_to_ns(e.dur) or 0 for e in exact], dtype=np.int64)
+        else:
+            damage.notes.append(
+                "timestamps beyond float64 ns precision (>= 2**43 µs) could not be "
+                "re-read exactly in a damaged chunk and were rounded")
+    if not ts_ok.all():
+        damage.notes.append(f"{int((~ts_ok).sum())} event(s) without a ts were dropped")
+        keep = [e for e, ok in zip(keep, ts_ok, strict=True) if ok]
+        ts_ns, dur_ns = ts_ns[ts_ok], dur_ns[ts_ok]
+    return keep, ts_ns, dur_ns
+
+
+def phase_codes(recs: list) -> tuple[np.ndarray, set[str]]:
+    """``(codes, odd)``: one uint8 per record, the ASCII code of its one-character phase
+    (``ph``) or :data:`PH_ODD`, and the set of phases that are not one ASCII character."""
+    phs = [e.ph for e in recs]
+    joined = "".join(phs)
+    if len(joined) == len(phs) and joined.isascii() and "" not in phs:
+        return np.frombuffer(joined.encode("ascii"), dtype=np.uint8), set()
+    codes = np.array([ord(x) if len(x) == 1 and x.isascii() else PH_ODD for x in phs],
+                     dtype=np.uint8)
+    return codes, {x for x in phs if not (len(x) == 1 and x.isascii())}
+
+
+#: The phase code of a record whose ``ph`` is not one ASCII character.
+PH_ODD = 255

@@ -139,19 +139,8 @@ def sniff(path: Path) -> bool:
 # decoding
 
 
-def _decode(data) -> list:
-    try:
-        return _LIST_DECODER.decode(data)
-    except msgspec.ValidationError:
-        # a field of an unexpected type somewhere: convert record by record, leniently
-        raw = msgspec.json.decode(data)
-        out = []
-        for r in raw:
-            try:
-                out.append(msgspec.convert(r, _Event, strict=False))
-            except msgspec.ValidationError:
-                out.append(None)
-        return out
+#: Decodes a chunk; a record with a field of an unexpected type becomes None (dropped, counted).
+_decode = _chrome.lenient(_LIST_DECODER, _Event)
 
 
 def _repair(rec: bytes):
@@ -330,7 +319,6 @@ def _enclosing(tick_rec: np.ndarray, tick_pid: np.ndarray, cand_b: np.ndarray,
 _PH_B, _PH_E, _PH_X, _PH_M = (ord(c) for c in "BEXM")
 _PH_INSTANT = np.array([ord(c) for c in "iIn"], dtype=np.uint8)
 _PH_KNOWN = np.array([ord(c) for c in "BEXiInM"], dtype=np.uint8)
-_PH_ODD = 255  # a phase that is not one ASCII character
 _OPEN = np.iinfo(np.int64).max  # "E record" of a span still open
 _NEG_TICK = -2  # name code of a tick outside any negotiation: "NEGOTIATE"
 _BYTES_CACHE_MAX = 1 << 16
@@ -349,12 +337,11 @@ class _Stream:
 
     def __init__(self, damage: _chrome.Damage) -> None:
         self.damage = damage
-        self.names = _assembly.Categories()
-        self.cats: list[str] = []
-        # per-name-category properties; the extra last slot serves code -1 (no name)
-        self.neg_of = np.zeros(1, dtype=bool)
-        self.benign_of = np.zeros(1, dtype=bool)
-        self.rank_of = np.full(1, -1, dtype=np.int32)
+        # name categories, and properties by name code
+        self.names = _assembly.Categories(
+            neg=(lambda c: str(c).startswith("NEGOTIATE"), bool, False),
+            benign=(lambda c: str(c) in ("NEGOTIATE_BARRIER", "NEGOTIATE_JOIN"), bool, False),
+            rank=(_tick_rank, np.int32, -1))
         self.n = 0
         self.inexact = 0
         self.big_pid = False
@@ -375,41 +362,13 @@ class _Stream:
         self.benign_pids: set[int] = set()
         self.rows = _assembly.Assembler(_GROUPS)  # the output rows, and sparse "bytes"
 
-    def _grow_props(self) -> None:
-        new = [str(c) for c in list(self.names.index)[len(self.cats):]]
-        if not new:
-            return
-        self.cats.extend(new)
-        ranks = []
-        for c in new:
-            try:
-                ranks.append(int(c) if c.isdigit() and len(c) < 10 else -1)
-            except ValueError:  # a Unicode digit int() does not take
-                ranks.append(-1)
-        self.neg_of = np.concatenate([self.neg_of[:-1], [c.startswith("NEGOTIATE") for c in new],
-                                      [False]])
-        self.benign_of = np.concatenate([self.benign_of[:-1],
-                                         [c in ("NEGOTIATE_BARRIER", "NEGOTIATE_JOIN")
-                                          for c in new], [False]])
-        self.rank_of = np.concatenate([self.rank_of[:-1], np.array(ranks, dtype=np.int32),
-                                       np.full(1, -1, dtype=np.int32)])
-
     def add(self, recs: list) -> None:
         n = len(recs)
         base = self.n
         self.n += n
-        # phase: one ASCII code per record (no hashing) when every phase is one character
-        phs = [e.ph for e in recs]
-        joined = "".join(phs)
-        if len(joined) == n and joined.isascii() and "" not in phs:
-            ph = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
-        else:
-            ph = np.array([ord(x) if len(x) == 1 and x.isascii() else _PH_ODD for x in phs],
-                          dtype=np.uint8)
-            self.bad_ph_names.update(x for x in phs if not (len(x) == 1 and x.isascii()))
-        del phs, joined
+        ph, odd = _chrome.phase_codes(recs)
+        self.bad_ph_names.update(odd)
         names = self.names.encode([e.name for e in recs])
-        self._grow_props()
         ts = np.array([e.ts for e in recs], dtype=np.float64)
         has_ts = ~np.isnan(ts)
         ts_ns, inexact = _chrome.us_to_ns(np.where(has_ts, ts, 0.0))
@@ -438,7 +397,7 @@ class _Stream:
         comb_name = np.concatenate([self.c_name[ci], names[be]])
         res = _match_compact(comb_b, comb_pid)
         if res is None:
-            benign = comb_b & self.benign_of[comb_name]
+            benign = comb_b & self.names.props["benign"][comb_name]
             b_pos, e_pos, level, open_pos, bad = _match_loop_compact(comb_b, comb_pid, benign,
                                                                      self.benign_pids)
             self.bad_e += bad
@@ -447,8 +406,8 @@ class _Stream:
             still = comb_b.copy()
             still[b_pos] = False
             open_pos = np.flatnonzero(still)
-            if b_pos.size and (self.benign_pids or self.benign_of.any()):
-                self._track_benign(comb_pid[b_pos], e_pos, self.benign_of[comb_name[b_pos]])
+            if b_pos.size and (self.benign_pids or self.names.props["benign"].any()):
+                self._track_benign(comb_pid[b_pos], e_pos, self.names.props["benign"][comb_name[b_pos]])
         e_loc = be[e_pos - nc]  # an E is always in this chunk
         if b_pos.size:
             start = comb_ts[b_pos]
@@ -469,16 +428,16 @@ class _Stream:
 
         # X records: per-rank readiness ticks (named by a rank number) and others
         xi = np.flatnonzero((ph == _PH_X) & has_ts)
-        xr = self.rank_of[names[xi]]
+        xr = self.names.props["rank"][names[xi]]
         is_tick = (xr >= 0) & pid_ok[xi]
         ti, oi = xi[is_tick], xi[~is_tick]
         if ti.size:
             # a tick's name is its negotiation's: the NEGOTIATE_* span on its pid that
             # contains it (closed in this chunk, or still open)
-            neg_b = self.neg_of[comb_name]
+            neg_b = self.names.props["neg"][comb_name]
             m = neg_b[b_pos]
             o = open_pos[neg_b[open_pos]]
-            k = self.neg_of[kept[3]]
+            k = self.names.props["neg"][kept[3]]
             cand_b = np.concatenate([comb_rec[b_pos[m]], comb_rec[o], kept[0][k]])
             cand_e = np.concatenate([base + e_loc[m], np.full(o.size + int(k.sum()), _OPEN)])
             cand_pid = np.concatenate([comb_pid[b_pos[m]], comb_pid[o], kept[1][k]])
@@ -504,7 +463,7 @@ class _Stream:
         if not known.all():
             self.bad_ph += int((~known).sum())
             self.bad_ph_names.update(chr(c) for c in np.unique(ph[~known]).tolist()
-                                     if c != _PH_ODD)
+                                     if c != _chrome.PH_ODD)
         self.missing_ts += int((known & (ph != _PH_M) & ~has_ts).sum())
 
     def _args(self, recs: list, ph: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -661,6 +620,15 @@ def _damage_notes(st: _Stream) -> None:
         damage.notes.append(f"{st.missing_ts} record(s) without a ts were dropped")
 
 
+def _tick_rank(name: str | None) -> int:
+    """The rank a readiness tick's name says (-1: not a rank number)."""
+    c = str(name)
+    try:
+        return int(c) if c.isdigit() and len(c) < 10 else -1
+    except ValueError:  # a Unicode digit int() does not take
+        return -1
+
+
 def _build(st: _Stream, run_id: str) -> pd.DataFrame:
     """The frame from the streamed rows (:class:`_assembly.Assembler`, which bounds the
     memory). Row order: by start; tied rows are spans in B-record order (a span carried
@@ -668,13 +636,14 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
     and instants: the order of matching the whole file at once."""
     _damage_notes(st)
     rows = st.rows
-    names = rows.codes("name", st.cats, negative=("NEGOTIATE", "<unnamed>"))
+    cats = [str(c) for c in st.names.index]
+    names = rows.codes("name", cats, negative=("NEGOTIATE", "<unnamed>"))
     start = rows.order("start", tie_key="rec",
                        offset=st.epoch_us * 1000 if st.epoch_us is not None else 0)
     dur = rows.empty(np.int64)
     rows.place(dur, "spans", ("dur",))
     rows.fill(dur, ("ticks", "other", "inst"), 0)
-    rule = _Rules(st.cats, st.neg_of)
+    rule = _Rules(cats, st.names.props["neg"])
     name, kind, cat = rows.empty(names.dtype), rows.empty(np.int8), rows.empty(np.int8)
     rows.place((name, kind, cat), "spans", ("name", "top"),
                lambda x, top: (names(x), *rule.span(x, top)))
@@ -690,7 +659,7 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
     nbytes, nbytes_na = rows.sparse("bytes", np.int64)
     tensor = None
     if st.tensors:  # tensor names by pid
-        lookup = _TensorLookup(st.tensors)
+        lookup = _assembly.KeyCodes(st.tensors)
         tensors = rows.codes("pid", lookup.categories, convert=lookup)
         tensor = _assembly.categorical(rows.column("pid", tensors.dtype, fn=tensors),
                                        tensors.kept)
@@ -734,39 +703,6 @@ class _Rules:
 
     def instant_cat(self, x: np.ndarray) -> np.ndarray:
         return np.where(self.cycle[x], self.cat["cycle"], self.cat["instant"])
-
-
-#: Largest tensor pid served by a lookup table (4 MiB) rather than a search.
-_TABLE_MAX = 1 << 20
-
-
-class _TensorLookup:
-    """Tensor code (into :attr:`categories`, -1: none) of int pids, via ``st.tensors``."""
-
-    def __init__(self, tensors: dict[int, str]) -> None:
-        keys = np.array(list(tensors), dtype=np.int64)
-        codes, uniq = pd.factorize(np.array(list(tensors.values()), dtype=object))
-        self.categories = list(uniq)
-        self.table = None
-        if keys.min() >= 0 and keys.max() < _TABLE_MAX:
-            # tensor pids are small integers: a lookup table beats a search per row
-            self.table = np.full(int(keys.max()) + 2, -1, dtype=np.int32)
-            self.table[keys] = codes
-        else:
-            korder = np.argsort(keys)
-            self.keys = keys[korder]
-            self.codes = np.asarray(codes)[korder].astype(np.int32)
-
-    def __call__(self, pid: np.ndarray) -> np.ndarray:
-        ok = pid >= 0
-        if self.table is not None:
-            last = self.table.size - 1
-            return self.table[np.where(ok, np.minimum(pid, last), last)]
-        out = np.full(pid.size, -1, dtype=np.int32)
-        where = np.minimum(np.searchsorted(self.keys, pid), self.keys.size - 1)
-        found = (self.keys[where] == pid) & ok
-        out[found] = self.codes[where[found]]
-        return out
 
 
 def dedupe_fused(df: pd.DataFrame) -> pd.DataFrame:

@@ -116,6 +116,8 @@ _DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.I)
 _STREAM_TID = re.compile(r"^stream\s*(\d+)", re.I)
 
+_KIND_NAMES = sorted(KINDS)  # alphabetical, as pd.Categorical(strings) orders them
+_KIND = {k: np.int8(i) for i, k in enumerate(_KIND_NAMES)}
 _KEEP = frozenset({"X", "i", "I"})
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 #: Phases that are metadata or links rather than events: skipped, not data loss.
@@ -149,14 +151,7 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args = _NO_ARGS
 
 
-class _ExactEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    ts: Any = None
-    dur: Any = None
-
-
 _LIST_DECODER = msgspec.json.Decoder(list[_Event])
-_EXACT_DECODER = msgspec.json.Decoder(list[_ExactEvent], float_hook=str)
 
 
 # --------------------------------------------------------------------------------------
@@ -185,28 +180,10 @@ def sniff(path: Path) -> bool:
 # decoding
 
 
-def _decode(data: bytes) -> list:
-    try:
-        return _LIST_DECODER.decode(data)
-    except msgspec.ValidationError:
-        raw = msgspec.json.decode(data)
-        if not isinstance(raw, list):
-            raise
-        out = []
-        for r in raw:
-            try:
-                out.append(msgspec.convert(r, _Event, strict=False))
-            except (msgspec.ValidationError, TypeError):
-                if isinstance(r, dict) and isinstance(r.get("args"), dict):
-                    # unusual args (e.g. a string where a number was expected): keep the event
-                    r = {k: v for k, v in r.items() if k != "args"}
-                    try:
-                        out.append(msgspec.convert(r, _Event, strict=False))
-                        continue
-                    except (msgspec.ValidationError, TypeError):
-                        pass
-                out.append(None)
-        return out
+#: Decodes a chunk; a record with unusual ``args`` (a string where a number was expected)
+#: is kept without them, another record of unexpected types becomes None (dropped, counted).
+_decode = _chrome.lenient(_LIST_DECODER, _Event, drop=("args",),
+                          errors=(msgspec.ValidationError, TypeError))
 
 
 class _State:
@@ -217,9 +194,18 @@ class _State:
     def __init__(self, damage: _chrome.Damage) -> None:
         self.damage = damage
         self.rows = _assembly.Assembler()
-        self.name = _assembly.Categories()
-        self.cat = _assembly.Categories()
-        self.kinds = _Kinds()
+        self.name = _assembly.Categories(  # flags by name code
+            nccl=(lambda x: str(x).lower().startswith("nccl"), bool, False),
+            host_coll=(lambda x: bool(_HOST_COLLECTIVE.match(str(x))), bool, False),
+            data=(lambda x: bool(_DATALOADER.match(str(x))), bool, False))
+        self.cat = _assembly.Categories(  # kind and flags by category code; none: a legacy op
+            kind=(lambda x: _KIND[_CAT_KIND.get(str(x).lower(), "other")], np.int8,
+                  _KIND["cpu_op"]),
+            kernel=(lambda x: str(x).lower() == "kernel", bool, False),
+            host_op=(lambda x: str(x).lower() in ("cpu_op", "operator", "user_annotation"),
+                     bool, False),
+            annot=(lambda x: str(x).lower() in ("user_annotation", "cpu_op", "operator"),
+                   bool, False))
         self.skipped_unknown: dict[str, int] = {}
         self.unnamed = 0
         self.negative = 0
@@ -236,7 +222,7 @@ class _State:
                     self.skipped_unknown[e.ph] = self.skipped_unknown.get(e.ph, 0) + 1
         if not keep:
             return
-        keep, ts_ns, dur_ns = self._times(keep, body)
+        keep, ts_ns, dur_ns = _chrome.event_times(keep, body, _KEEP, self.damage)
         if not keep:
             return
         base = self.rows.n
@@ -254,34 +240,9 @@ class _State:
             dur_ns = np.where(inst, 0, dur_ns)
         args = [e.args for e in keep]
         coll = self._sparse(keep, args, base)
-        self.kinds.grow(self.name.index, self.cat.index)
         ids = self._ids(keep, args, base)
-        self.rows.add(start=ts_ns, dur=dur_ns, kind=self.kinds(nm, ct, inst, coll), name=nm,
+        self.rows.add(start=ts_ns, dur=dur_ns, kind=self._kind(nm, ct, inst, coll), name=nm,
                       cat=ct, **ids)
-
-    def _times(self, keep: list, body: bytes) -> tuple[list, np.ndarray, np.ndarray]:
-        """The records with a ts, and their ts and dur in ns (exact: see :func:`_needs_text`)."""
-        ts = np.array([e.ts for e in keep], dtype=np.float64)
-        dur = np.array([e.dur for e in keep], dtype=np.float64)
-        ts_ok = ~np.isnan(ts)
-        ts_ns, bad_ts = _chrome.us_to_ns(np.where(ts_ok, ts, 0.0))
-        dur_ns, bad_dur = _chrome.us_to_ns(np.where(np.isnan(dur), 0.0, dur))
-        if (bad_ts.any() or bad_dur.any() or _needs_text(keep, ts, "ts")
-                or _needs_text(keep, dur, "dur")):
-            exact = self._exact(body)
-            if exact is not None and len(exact) == len(keep):
-                ts_ns = np.array([_chrome.text_us_to_ns(e.ts) or 0 for e in exact], dtype=np.int64)
-                dur_ns = np.array([_chrome.text_us_to_ns(e.dur) or 0 for e in exact],
-                                  dtype=np.int64)
-            else:
-                self.damage.notes.append(
-                    "timestamps beyond float64 ns precision (>= 2**43 µs) could not be "
-                    "re-read exactly in a damaged chunk and were rounded")
-        if not ts_ok.all():
-            self.damage.notes.append(f"{int((~ts_ok).sum())} event(s) without a ts were dropped")
-            keep = [e for e, ok in zip(keep, ts_ok, strict=True) if ok]
-            ts_ns, dur_ns = ts_ns[ts_ok], dur_ns[ts_ok]
-        return keep, ts_ns, dur_ns
 
     def _ids(self, keep: list, args: list, base: int) -> dict[str, np.ndarray]:
         """pid, tid, correlation and stream columns with their missing-masks; a text tid
@@ -332,70 +293,19 @@ class _State:
                                  np.array(s_vals + b_vals, dtype=np.int64))
         return np.array(coll, dtype=np.int64)
 
-    def _exact(self, body: bytes) -> list | None:
-        try:
-            recs = _EXACT_DECODER.decode(b"[" + body + b"]")
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            return None
-        return [e for e in recs if e.ph in _KEEP]
-
-
-_KIND_NAMES = sorted(KINDS)  # alphabetical, as pd.Categorical(strings) orders them
-_KIND = {k: np.int8(i) for i, k in enumerate(_KIND_NAMES)}
-
-
-class _Kinds:
-    """The ``kind`` code of rows from their name and category codes (see the mapping in
-    the module docstring), with per-category and per-name tables grown as codes appear
-    (the trailing slot of each serves code -1: no category, a legacy op, or no name)."""
-
-    def __init__(self) -> None:
-        self.n_names = self.n_cats = 0
-        self.cat_kind = np.array([_KIND["cpu_op"]], dtype=np.int8)
-        self.kernel = self.host_op = self.annot = np.zeros(1, dtype=bool)
-        self.nccl = self.host_coll = self.data = np.zeros(1, dtype=bool)
-
-    def grow(self, names: dict, cats: dict) -> None:
-        """Extend the tables to the categories and names that appeared since the last call."""
-        if len(names) == self.n_names and len(cats) == self.n_cats:
-            return
-
-        def more(table: np.ndarray, flags: list) -> np.ndarray:
-            return np.concatenate([table[:-1], np.array(flags, dtype=table.dtype), table[-1:]])
-
-        new = [str(x).lower() for x in list(cats)[self.n_cats :]]
-        self.n_cats = len(cats)
-        if new:
-            self.cat_kind = more(self.cat_kind, [_KIND[_CAT_KIND.get(x, "other")] for x in new])
-            self.kernel = more(self.kernel, [x == "kernel" for x in new])
-            self.host_op = more(self.host_op, [x in ("cpu_op", "operator", "user_annotation")
-                                               for x in new])
-            self.annot = more(self.annot, [x in ("user_annotation", "cpu_op", "operator")
-                                           for x in new])
-        new = [str(x) for x in list(names)[self.n_names :]]
-        self.n_names = len(names)
-        if new:
-            self.nccl = more(self.nccl, [x.lower().startswith("nccl") for x in new])
-            self.host_coll = more(self.host_coll, [bool(_HOST_COLLECTIVE.match(x)) for x in new])
-            self.data = more(self.data, [bool(_DATALOADER.match(x)) for x in new])
-
-    def __call__(self, nm: np.ndarray, ct: np.ndarray, inst: np.ndarray,
-                 coll: np.ndarray) -> np.ndarray:
-        k = self.cat_kind[ct]
-        is_coll = self.nccl[nm]
+    def _kind(self, nm: np.ndarray, ct: np.ndarray, inst: np.ndarray,
+              coll: np.ndarray) -> np.ndarray:
+        """The ``kind`` code of rows from their name and category codes (the mapping in the
+        module docstring); ``coll``: positions of records with a ``Collective name``."""
+        name, cat = self.name.props, self.cat.props
+        k = cat["kind"][ct]
+        is_coll = name["nccl"][nm]
         is_coll[coll] = True
-        k[self.kernel[ct] & is_coll] = _KIND["comm"]
-        k[self.host_op[ct] & self.host_coll[nm]] = _KIND["comm"]
-        k[self.annot[ct] & self.data[nm]] = _KIND["data"]
+        k[cat["kernel"][ct] & is_coll] = _KIND["comm"]
+        k[cat["host_op"][ct] & name["host_coll"][nm]] = _KIND["comm"]
+        k[cat["annot"][ct] & name["data"][nm]] = _KIND["data"]
         k[inst] = _KIND["marker"]
         return k
-
-
-def _needs_text(keep: list, values: np.ndarray, attr: str) -> bool:
-    """Whether a float value at or above 2**43 µs (where float64 spacing exceeds 0.5 ns) is
-    present: its ns must be read from the text."""
-    big = np.flatnonzero(np.abs(np.nan_to_num(values)) >= _chrome.EXACT_LIMIT_US)
-    return any(type(getattr(keep[i], attr)) is float for i in big.tolist())
 
 
 def _collective_bytes(nelems: Any, dtype: Any) -> int | None:
