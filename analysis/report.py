@@ -37,8 +37,8 @@ class Skip(Exception):
 class Section:
     """One study in the report."""
 
-    key: str
-    title: str
+    key: str = ""  # key and title come from STUDIES
+    title: str = ""
     intro: str = ""
     figures: list[tuple[str, object]] = field(default_factory=list)
     tables: list[tuple[str, pd.DataFrame, str]] = field(default_factory=list)
@@ -118,7 +118,7 @@ def _multi(values: pd.Series, n: int, what: str) -> None:
 # ---------------------------------------------------------------- studies
 
 def _summary(ctx: _Context) -> Section:
-    sec = Section("summary", "Summary", "Speedup and efficiency against the baseline, and the share of the step "
+    sec = Section(intro="Speedup and efficiency against the baseline, and the share of the step "
                   "spent in exposed gradient synchronisation and in data loading, per configuration and rank count.")
     table, base = _scaling(ctx)
     cols = ["config_backend", "batch_size", "n_ranks", "n_nodes", "n_runs", "epoch_time_s_median", "speedup",
@@ -135,9 +135,54 @@ def _summary(ctx: _Context) -> Section:
     return sec
 
 
+def _loss(ctx: _Context) -> tuple[pd.DataFrame, str]:
+    def make():
+        ev, runs = ctx.need_events(), _runs(ctx)
+        try:
+            return M.scaling_loss(ev, runs), "the one-process run without a framework"
+        except ScalescopeError as exc:
+            if "no baseline runs" not in str(exc):
+                raise Skip(str(exc)) from None
+        try:
+            return M.scaling_loss(ev, runs, baseline="min"), ("each configuration's one-rank run (no baseline "
+                                                              "without a framework: framework overhead not separated)")
+        except ScalescopeError as exc:
+            raise Skip(str(exc)) from None
+
+    return ctx.memo("loss", make)
+
+
+def _study_why(ctx: _Context) -> Section:
+    sec = Section(intro="With a fixed batch per rank, a step at n ranks should take as long as a step of the one-process "
+                  "baseline. The gap between the measured and that ideal step time is split into causes that sum "
+                  "to it: the framework's overhead at one rank, exposed gradient synchronisation, waiting for the "
+                  "slowest rank, data loading and compute grown against the one-rank run, and the rest "
+                  "(docs/metrics.md, \"Why not ideal?\"). Means per step over ranks and repeats, warm-up dropped; "
+                  "intervals are bootstrap 95 % intervals over repeats.")
+    loss, base = _loss(ctx)
+    sec.notes.append(f"Ideal: {base}.")
+    sec.notes.extend(M.explain_loss(loss))
+    multi = loss[loss["n_ranks"] > 1]
+    if multi.empty:
+        sec.notes.append("Every configuration ran at one rank only: only the framework overhead can be shown.")
+    else:
+        sec.figures.append(("why_waterfall", P.plot_scaling_loss(loss)))
+    sec.figures.append(("why_lost_speedup", P.plot_lost_speedup(loss)))
+    cols = [c for c in loss.columns if not c.endswith(("_ci_low", "_ci_high", "_share"))
+            or c.startswith(("gap_s", "efficiency"))]
+    sec.tables.append(("why_not_ideal", loss[cols], "Seconds per step; causes sum to gap_s."))
+    w = M.warmup_summary(ctx.need_events())
+    if len(w):
+        dropped = int(w["n_warmup"].sum())
+        sec.notes.append(f"Warm-up (rule 'auto', docs/metrics.md): {dropped} of {int(w['n_steps'].sum())} steps "
+                         f"dropped over {len(w)} rank(s), {w['warmup_s'].sum():.3g} s; the epoch studies drop each "
+                         "run's first epoch when it has more than one.")
+        sec.tables.append(("warmup", w, "Steps dropped as warm-up per run and rank."))
+    return sec
+
+
 def _study_breakdown(ctx: _Context) -> Section:
-    sec = Section("breakdown", "1. Time breakdown of a training step",
-                  "Shares of data loading, forward, backward, exposed gradient sync, optimizer and other/idle time "
+    sec = Section(intro="Shares of data loading, forward, backward, exposed gradient sync, optimizer and other/idle time "
                   "in the step time, measured as unions of intervals (overlaps counted once).")
     b = _breakdown_by_ranks(ctx)
     sec.figures.append(("breakdown", P.plot_breakdown(b)))
@@ -166,10 +211,11 @@ def _study_breakdown(ctx: _Context) -> Section:
 
 
 def _study_sync(ctx: _Context) -> Section:
-    sec = Section("sync", "2. Synchronisation cost against ranks",
-                  "Time per synchronisation, synchronisations per epoch (batches per rank per epoch) and their "
-                  "product, the sync time per epoch. Ratios are relative to the fewest ranks: a "
-                  "sync-per-epoch ratio below 1 means fewer synchronisations outpaced the growing cost of each.")
+    sec = Section(intro="Time per synchronisation (sync_total: a gradient collective in flight, whether or not "
+                  "compute hides it; dotted: sync_exposed, the wait the step pays), synchronisations per epoch "
+                  "(batches per rank per epoch) and their product, the sync time per epoch. Ratios are relative "
+                  "to the fewest ranks: a sync-per-epoch ratio below 1 means fewer synchronisations outpaced the "
+                  "growing cost of each. Warm-up steps dropped; definitions in docs/metrics.md.")
     cost = _sync(ctx)
     scal = M.sync_scaling(cost)
     sec.figures.append(("sync", P.plot_sync(scal)))
@@ -179,8 +225,7 @@ def _study_sync(ctx: _Context) -> Section:
 
 
 def _study_scaling(ctx: _Context) -> Section:
-    sec = Section("scaling", "3. Scaling: speedup and efficiency",
-                  "Strong scaling (fixed dataset split over the ranks): speedup = T(baseline)/T(n), efficiency = "
+    sec = Section(intro="Strong scaling (fixed dataset split over the ranks): speedup = T(baseline)/T(n), efficiency = "
                   "speedup · n0/n, medians over repeats with min-max bars; the dashed line is a least-squares fit "
                   "of speedup per added rank with its 95 % confidence interval.")
     table, base = _scaling(ctx)
@@ -203,8 +248,7 @@ def _study_scaling(ctx: _Context) -> Section:
 
 
 def _study_overhead(ctx: _Context) -> Section:
-    sec = Section("overhead", "4. Framework overhead at one rank",
-                  "Epoch time of the one-rank Horovod / DDP run against the run without a framework.")
+    sec = Section(intro="Epoch time of the one-rank Horovod / DDP run against the run without a framework.")
     pr = ctx.per_run
     if not (pr["framework"] == "none").any():
         raise Skip("needs a baseline run without a framework (framework 'none')")
@@ -220,8 +264,7 @@ def _study_overhead(ctx: _Context) -> Section:
 
 
 def _study_usage(ctx: _Context) -> Section:
-    sec = Section("usage", "5. Device usage against ranks",
-                  "Sampled GPU utilisation, memory and power (NVML), or CPU utilisation when no GPU was sampled; "
+    sec = Section(intro="Sampled GPU utilisation, memory and power (NVML), or CPU utilisation when no GPU was sampled; "
                   "dashed lines mark where the ranks spill onto another node.")
     try:
         samples = ctx.rs.samples
@@ -238,8 +281,7 @@ def _study_usage(ctx: _Context) -> Section:
 
 
 def _study_backends(ctx: _Context) -> Section:
-    sec = Section("backends", "6. Backend comparison",
-                  "The same configurations with different communication backends / frameworks, within a node and "
+    sec = Section(intro="The same configurations with different communication backends / frameworks, within a node and "
                   "across nodes.")
     pr = ctx.per_run
     fw = pr[pr["framework"] != "none"]
@@ -258,8 +300,7 @@ def _study_backends(ctx: _Context) -> Section:
 
 
 def _study_batch(ctx: _Context) -> Section:
-    sec = Section("batch", "7. Batch size and learning rate",
-                  "Epoch time against the batch size on one device, and the validation metric against epochs and "
+    sec = Section(intro="Epoch time against the batch size on one device, and the validation metric against epochs and "
                   "against training time.")
     pr = ctx.per_run
     t = M.batch_size_epoch_time(pr, n_ranks=1)
@@ -286,8 +327,7 @@ def _study_batch(ctx: _Context) -> Section:
 
 
 def _study_memory(ctx: _Context) -> Section:
-    sec = Section("memory", "8. Compute against weight update, and memory per rank",
-                  "Forward+backward against optimizer time per step per rank count, and each rank's peak memory "
+    sec = Section(intro="Forward+backward against optimizer time per step per rank count, and each rank's peak memory "
                   "(rank 0 often holds more).")
     got = False
     try:
@@ -309,8 +349,7 @@ def _study_memory(ctx: _Context) -> Section:
 
 
 def _study_model(ctx: _Context) -> Section:
-    sec = Section("model", "9. What-if: alpha-beta ring-allreduce model",
-                  "t(N) = 2(N-1)·alpha + 2(N-1)/N · bytes/beta fitted to the measured sync time per step; "
+    sec = Section(intro="t(N) = 2(N-1)·alpha + 2(N-1)/N · bytes/beta fitted to the measured sync_total per step; "
                   "predictions at unmeasured rank counts assume constant compute per sample.")
     try:
         w = M.what_if(_sync(ctx), ctx.per_run, _runs(ctx))
@@ -325,8 +364,7 @@ def _study_model(ctx: _Context) -> Section:
 
 
 def _study_stragglers(ctx: _Context) -> Section:
-    sec = Section("stragglers", "10. Stragglers",
-                  "Per step, which rank finished its data+forward+backward work last and how long the others "
+    sec = Section(intro="Per step, which rank finished its data+forward+backward work last and how long the others "
                   "waited; and, from Horovod's negotiation ticks, which rank reported each tensor ready last.")
     ev = ctx.need_events()
     multi = _runs(ctx)
@@ -351,18 +389,22 @@ def _study_stragglers(ctx: _Context) -> Section:
     return sec
 
 
-STUDIES: tuple[Callable[[_Context], Section], ...] = (
-    _summary, _study_breakdown, _study_sync, _study_scaling, _study_overhead, _study_usage, _study_backends,
-    _study_batch, _study_memory, _study_model, _study_stragglers,
+#: The report's studies in order: (key, title, function); a function raises Skip to say why
+#: its study cannot run on this experiment.
+STUDIES: tuple[tuple[str, str, Callable[[_Context], Section]], ...] = (
+    ("summary", "Summary", _summary),
+    ("why", "Why not ideal?", _study_why),
+    ("breakdown", "1. Time breakdown of a training step", _study_breakdown),
+    ("sync", "2. Synchronisation cost against ranks", _study_sync),
+    ("scaling", "3. Scaling: speedup and efficiency", _study_scaling),
+    ("overhead", "4. Framework overhead at one rank", _study_overhead),
+    ("usage", "5. Device usage against ranks", _study_usage),
+    ("backends", "6. Backend comparison", _study_backends),
+    ("batch", "7. Batch size and learning rate", _study_batch),
+    ("memory", "8. Compute against weight update, and memory per rank", _study_memory),
+    ("model", "9. What-if: alpha-beta ring-allreduce model", _study_model),
+    ("stragglers", "10. Stragglers", _study_stragglers),
 )
-_TITLES = {
-    "_summary": "Summary", "_study_breakdown": "1. Time breakdown of a training step",
-    "_study_sync": "2. Synchronisation cost against ranks", "_study_scaling": "3. Scaling: speedup and efficiency",
-    "_study_overhead": "4. Framework overhead at one rank", "_study_usage": "5. Device usage against ranks",
-    "_study_backends": "6. Backend comparison", "_study_batch": "7. Batch size and learning rate",
-    "_study_memory": "8. Compute against weight update, and memory per rank",
-    "_study_model": "9. What-if: alpha-beta ring-allreduce model", "_study_stragglers": "10. Stragglers",
-}
 
 
 # ---------------------------------------------------------------- rendering
@@ -441,15 +483,16 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
             events_error = events_error or f"epoch metrics unreadable: {exc}"
         ctx = _Context(rs, events, events_error, per_run)
         sections: list[Section] = []
-        for study in STUDIES:
+        for key, title, study in STUDIES:
             try:
-                sections.append(study(ctx))
+                sec = study(ctx)
             except Skip as exc:
-                sections.append(Section(study.__name__, _TITLES[study.__name__], skipped=str(exc)))
+                sec = Section(key, title, skipped=str(exc))
             except Exception as exc:
-                sections.append(Section(study.__name__, _TITLES[study.__name__],
-                                        skipped=f"failed with {type(exc).__name__}: {exc}",
-                                        notes=[traceback.format_exc(limit=3)]))
+                sec = Section(key, title, skipped=f"failed with {type(exc).__name__}: {exc}",
+                              notes=[traceback.format_exc(limit=3)])
+            sec.key, sec.title = key, title
+            sections.append(sec)
     data_warnings = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
 
     # tables always go to export/ (no browser needed)

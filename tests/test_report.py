@@ -36,7 +36,7 @@ def check_report(exp_dir: Path, page: Path) -> str:
         assert run_id in html
     for f in rs.failed_runs().itertuples():
         assert f"<strong>{f.run_id}</strong>" in html
-    for title in report._TITLES.values():
+    for _, title, _ in report.STUDIES:
         assert title in html
     n_skipped = html.count('class="skipped">Skipped: ')
     n_figures = len(re.findall(r'<div class="figure" id="figure-', html))
@@ -54,8 +54,8 @@ def test_report_on_hand_built_experiment(exp, tmp_path):
     assert "RuntimeError: Gloo connectFullMesh failed" in html
     # the one study this experiment cannot support, with the reason
     assert "Skipped: needs two or more backends" in html
-    for fig in ("breakdown", "sync", "scaling", "overhead", "device_usage", "batch_size", "model", "stragglers",
-                "negotiation", "horovod_allreduce"):
+    for fig in ("why_waterfall", "why_lost_speedup", "breakdown", "sync", "scaling", "overhead", "device_usage",
+                "batch_size", "model", "stragglers", "negotiation", "horovod_allreduce"):
         assert f'id="figure-{fig}"' in html, fig
     summary = pd.read_csv(tmp_path / "rep" / "export" / "summary.csv")
     hg = summary[summary["config_backend"] == "horovod-gloo"].set_index("n_ranks")
@@ -63,6 +63,10 @@ def test_report_on_hand_built_experiment(exp, tmp_path):
     assert hg.loc[2, "efficiency_frac"] == pytest.approx(40 / 27 / 2)
     assert hg.loc[4, "sync_exposed_frac"] == pytest.approx(5 / 15)
     assert hg.loc[1, "data_frac"] == pytest.approx(1 / 11.5)
+    why = pd.read_csv(tmp_path / "rep" / "export" / "why_not_ideal.csv")
+    causes = ["framework_s", "sync_s", "straggler_s", "data_s", "compute_s", "other_s"]
+    assert why[causes].sum(axis=1).tolist() == pytest.approx(why["gap_s"].tolist())
+    assert "reaches" in html and "of ideal; of the" in html
     overhead = pd.read_csv(tmp_path / "rep" / "export" / "overhead.csv")
     assert overhead["overhead_pct"].iloc[0] == pytest.approx(15.0)
     hv = pd.read_csv(tmp_path / "rep" / "export" / "horovod_allreduce.csv")

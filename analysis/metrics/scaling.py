@@ -15,11 +15,15 @@ from analysis.metrics._common import require_columns, spread
 #: Run metadata carried into per-run tables.
 RUN_META: tuple[str, ...] = (
     "run_id", "status", "framework", "backend", "config_backend", "n_ranks", "n_nodes", "batch_size",
-    "global_batch_size", "learning_rate", "lr_scaling", "repeat", "dataset_size", "n_params",
+    "global_batch_size", "learning_rate", "lr_scaling", "inject", "repeat", "dataset_size", "n_params",
 )
 
 
-def epoch_times(epochs: pd.DataFrame, *, skip_first: bool = False) -> pd.DataFrame:
+#: Epochs each epoch-level study drops as warm-up (when a run has more; ``docs/metrics.md``).
+WARMUP_EPOCHS = 1
+
+
+def epoch_times(epochs: pd.DataFrame, *, warmup_epochs: int = WARMUP_EPOCHS) -> pd.DataFrame:
     """Epoch time and throughput of each run from the per-rank epoch metrics.
 
     Parameters
@@ -27,8 +31,9 @@ def epoch_times(epochs: pd.DataFrame, *, skip_first: bool = False) -> pd.DataFra
     epochs
         Per-rank epoch metrics (``RunSet.epochs``): ``run_id``, ``rank``, ``epoch``,
         ``epoch_time_s``, ``samples``.
-    skip_first
-        Leave out each run's first epoch (warm-up) when it has more than one.
+    warmup_epochs
+        Leave out each run's first ``warmup_epochs`` epochs (warm-up: the first epoch holds
+        the first, slow steps) when it has more epochs than that; 0 keeps every epoch.
 
     Returns
     -------
@@ -57,10 +62,12 @@ def epoch_times(epochs: pd.DataFrame, *, skip_first: bool = False) -> pd.DataFra
         .agg(epoch_time_s=("epoch_time_s", "max"), samples=("samples", "sum"))
         .reset_index()
     )
-    if skip_first:
-        first = per_epoch.groupby("run_id")["epoch"].transform("min")
-        many = per_epoch.groupby("run_id")["epoch"].transform("size") > 1
-        per_epoch = per_epoch[~((per_epoch["epoch"] == first) & many)]
+    if warmup_epochs < 0:
+        raise ScalescopeError(f"warmup_epochs must be >= 0, not {warmup_epochs!r}")
+    if warmup_epochs:
+        order = per_epoch.groupby("run_id")["epoch"].rank(method="first")
+        many = per_epoch.groupby("run_id")["epoch"].transform("size") > warmup_epochs
+        per_epoch = per_epoch[~((order <= warmup_epochs) & many)]
     out = (
         per_epoch.groupby("run_id", sort=True)
         .agg(
@@ -76,8 +83,9 @@ def epoch_times(epochs: pd.DataFrame, *, skip_first: bool = False) -> pd.DataFra
     return out
 
 
-def run_summary(runset, *, skip_first: bool = False) -> pd.DataFrame:
-    """Per-run table: run metadata plus :func:`epoch_times` (usable runs only).
+def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS) -> pd.DataFrame:
+    """Per-run table: run metadata plus :func:`epoch_times` (usable runs only; the first
+    ``warmup_epochs`` epochs of a run with more are warm-up and left out).
 
     Returns
     -------
@@ -87,7 +95,7 @@ def run_summary(runset, *, skip_first: bool = False) -> pd.DataFrame:
     """
     runs = runset.usable_runs()
     meta = runs[[c for c in RUN_META if c in runs.columns]]
-    times = epoch_times(runset.epochs, skip_first=skip_first)
+    times = epoch_times(runset.epochs, warmup_epochs=warmup_epochs)
     return meta.merge(times, on="run_id", how="inner").reset_index(drop=True)
 
 

@@ -36,10 +36,14 @@ def per_run():
 def test_epoch_times_slowest_rank_and_median_over_epochs():
     e = pd.DataFrame({"run_id": "r", "rank": [0, 1, 0, 1, 0, 1], "epoch": [0, 0, 1, 1, 2, 2],
                       "epoch_time_s": [3.0, 4.0, 2.0, 2.5, 2.0, 1.0], "samples": 50})
-    t = epoch_times(e)
+    t = epoch_times(e, warmup_epochs=0)
     assert t["epoch_time_s"].iloc[0] == 2.5  # median of 4.0, 2.5, 2.0
     assert t["throughput_samples_per_s"].iloc[0] == pytest.approx(100 / 2.5)
-    assert epoch_times(e, skip_first=True)["epoch_time_s"].iloc[0] == pytest.approx((2.5 + 2.0) / 2)
+    # by default the first epoch is warm-up
+    assert epoch_times(e)["epoch_time_s"].iloc[0] == pytest.approx((2.5 + 2.0) / 2)
+    assert epoch_times(e, warmup_epochs=2)["epoch_time_s"].iloc[0] == 2.0
+    # a run with no more epochs than the warm-up keeps them
+    assert epoch_times(e[e["epoch"] == 0])["n_epochs"].iloc[0] == 1
 
 
 def test_scaling_table_strong():
