@@ -14,6 +14,7 @@ import pandas as pd
 from analysis.errors import ScalescopeError
 from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, group_keys, plain, require_columns
+from analysis.readers.horovod import dedupe_fused
 
 #: Step components in priority order: an instant covered by several phases counts for the
 #: first one listed. An explicit ``sync`` phase is a wait for gradient synchronisation, so
@@ -441,7 +442,8 @@ def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward
     Notes
     -----
     Horovod writes the same activity for every tensor of a fused batch, so activity rows
-    are deduplicated on (name, start_ns) before anything is measured; every quantity is the
+    are deduplicated on (name, start_ns) (:func:`analysis.readers.horovod.dedupe_fused`)
+    before anything is measured; every quantity is the
     length of a union of intervals. ``memcpy_s`` covers fusion-buffer copies (kind
     ``memcpy``), ``collective_s`` the collective itself (kind ``comm`` activities such as
     ``NCCL_ALLREDUCE``/``GLOO_ALLREDUCE``), ``wait_s`` the ``sync_wait`` activities
@@ -455,7 +457,7 @@ def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward
     for (run_id,) in group_keys(hv, ("run_id",)):
         one = hv[hv["run_id"] == run_id]
         act = one[one["cat"] == "activity"]
-        dedup = act.drop_duplicates(subset=["name", "start_ns"])
+        dedup = dedupe_fused(act)
         neg = one[one["kind"] == "negotiate"]
         ops = one[(one["cat"] == "op")]
         parts = {}

@@ -82,6 +82,21 @@ def test_dedupe_fused_drops_fusion_duplicates_only(data_dir):
     validate_events(out)
 
 
+def test_dedupe_fused_keys_on_name_and_start_only():
+    """Older Horovod closes a fused activity per tensor, microseconds apart (the tflogs
+    corpus timeline): same name and start is a duplicate whatever the ends (FORMATS.md
+    section 1, quirk 1), and the metric uses this one definition."""
+    from analysis.metrics import horovod_allreduce
+    from analysis.schema import make_events
+
+    ev = make_events(name=["MPI_ALLREDUCE", "MPI_ALLREDUCE", "MPI_ALLREDUCE"], kind="comm",
+                     cat="activity", start_ns=[5, 5, 6], dur_ns=[3, 12, 3], rank=0,
+                     tensor=["a", "b", "c"], run_id="r", source="horovod")
+    out = horovod.dedupe_fused(ev)
+    assert out["tensor"].tolist() == ["a", "c"]
+    assert horovod_allreduce(ev)["n_fusion_duplicates"].tolist() == [1]
+
+
 def test_unterminated_v019_with_open_negotiation(data_dir):
     df, msgs = _read(data_dir / "horovod" / "unterminated_v019.json", n_warnings=1)
     assert "not terminated" in msgs[0] and "1 B record(s) had no matching E" in msgs[0]
