@@ -61,6 +61,24 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=sweep.run)
 
 
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "status",
+        help="show each run of an experiment: queued, running, ok, failed, oom, timeout, killed "
+             "(from the manifests, and from SLURM for submitted jobs)",
+    )
+    p.add_argument("experiment", help="experiment directory (the sweep's --out)")
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            from instrumentation import slurm_jobs
+        except ImportError as exc:
+            return _unavailable("status", exc)
+        return slurm_jobs.status_main(args.experiment)
+
+    p.set_defaults(func=run)
+
+
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
@@ -145,6 +163,7 @@ def _unavailable(what: str, exc: BaseException) -> int:
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_sweep,
+    _add_status,
     _add_report,
     _add_convert,
     _add_formats,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from instrumentation.manifest import write_json_atomic
+from instrumentation.manifest import slurm_env, write_json_atomic
 from instrumentation.recorder import closed_status, trace_path
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "rank_command",
     "resolve_script",
     "run_env",
+    "set_aside",
     "summary",
     "update_entries",
 ]
@@ -387,6 +388,8 @@ def finalize_run(
         manifest["exit_note"] = exit_note
     if manifest.get("config") is None:
         manifest["config"] = spec.config(experiment=experiment)
+    if manifest.get("slurm") is None:  # the training never wrote one: the job's variables still count
+        manifest["slurm"] = slurm_env()
     if not manifest.get("end_time"):
         manifest["end_time"] = now()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -523,3 +526,16 @@ def summary(entries: dict[str, dict], plan: Sequence[RunSpec], out: Path) -> tup
     line = (f"scalescope sweep: {len(plan) - len(bad)}/{len(plan)} runs ok"
             + (f"; not ok: {', '.join(bad)}" if bad else "") + f"; manifest {Path(out) / 'experiment.json'}")
     return line, not bad
+
+
+def set_aside(run_dir: Path, out: Path) -> None:
+    """Move an earlier, unfinished attempt's files to ``out/.attempts/`` so runs never mix."""
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return
+    dest_root = out / ".attempts"
+    dest_root.mkdir(exist_ok=True)
+    for k in itertools.count(1):
+        dest = dest_root / f"{run_dir.name}-{k}"
+        if not dest.exists():
+            run_dir.rename(dest)
+            return

@@ -11,7 +11,6 @@ the record come from :mod:`instrumentation.experiment`.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shlex
 import signal
@@ -31,6 +30,7 @@ from instrumentation.experiment import (
     rank_command,
     resolve_script,
     run_env,
+    set_aside,
     summary,
 )
 from instrumentation.progress import Progress
@@ -130,7 +130,7 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
              progress: Progress) -> bool:
     """Run and record one run; ``False`` when the sweep was interrupted during it."""
     run_dir = exp.out / spec.run_id
-    _set_aside(run_dir, exp.out)
+    set_aside(run_dir, exp.out)
     cmd = launch_command(spec, rank_command(spec, resolved, run_dir, wrappers=opts.wrappers))
     env = {**run_env(spec, run_dir, experiment=exp.name, sample_interval=opts.sample_interval,
                      mark_cycles=opts.mark_cycles), **opts.extra_env}
@@ -223,16 +223,3 @@ def _sigterm_as_interrupt():
         return signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread
         return None
-
-
-def _set_aside(run_dir: Path, out: Path) -> None:
-    """Move an earlier, unfinished attempt's files to ``out/.attempts/`` so runs never mix."""
-    if not run_dir.exists() or not any(run_dir.iterdir()):
-        return
-    dest_root = out / ".attempts"
-    dest_root.mkdir(exist_ok=True)
-    for k in itertools.count(1):
-        dest = dest_root / f"{run_dir.name}-{k}"
-        if not dest.exists():
-            run_dir.rename(dest)
-            return

@@ -162,6 +162,9 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
             wrappers = [*wrappers, *profilers.wrappers_from_args(args, with_env=True)]
             slurm.check_options(args)
         else:
+            for option in ("submit", "wait", "max_jobs"):
+                if getattr(args, option, None):
+                    raise ValueError(f"--{option.replace('_', '-')} needs --slurm")
             wrappers = [*wrappers, *profilers.wrappers_from_args(args, with_env=False)]
     except ValueError as exc:
         return _error(str(exc))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages scalescope uses beyond Python: Open MPI (Horovod's MPI controller and
-# mpirun) and Chromium (kaleido's static figure export). Installs them with apt-get when run
+# mpirun), Chromium (kaleido's static figure export) and SLURM with munge (the one-node
+# cluster of scripts/local_slurm.sh, on which the SLURM tests submit real sweeps). Installs them with apt-get when run
 # as root on Debian/Ubuntu and they are missing; otherwise says what to install and what a
 # missing piece disables. Never fails the set-up: everything it installs is optional.
 set -uo pipefail
@@ -12,6 +13,12 @@ for b in chromium chromium-browser google-chrome google-chrome-stable; do
   command -v "$b" >/dev/null 2>&1 && chromium_found=1
 done
 [[ $chromium_found == 1 ]] || need+=(chromium)
+# Debian's SLURM 22.05: slurmctld + slurmd + client commands, their plugins (mpi/pmix,
+# task/affinity, select/cons_tres) and munge for authentication.
+for pair in munged:munge slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+[[ " ${need[*]} " == *" slurmd "* ]] && need+=(slurm-wlm-basic-plugins)
 (( ${#need[@]} )) || exit 0
 if [[ "$(id -u)" == 0 && -z "${SCALESCOPE_NO_APT:-}" ]] && command -v apt-get >/dev/null 2>&1; then
   say "installing ${need[*]} with apt-get"
@@ -27,5 +34,7 @@ else
   say "    Debian/Ubuntu: sudo apt-get install openmpi-bin libopenmpi-dev; on a cluster: module load openmpi"
   say "  chromium: without it figures export as HTML only (no PDF/SVG/PNG through kaleido)."
   say "    Debian/Ubuntu: sudo apt-get install chromium; elsewhere install Chrome and set BROWSER_PATH"
+  say "  munge, slurmctld, slurmd, slurm-client: without them the SLURM tests (a local one-node cluster) skip."
+  say "    Debian/Ubuntu: sudo apt-get install munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins"
 fi
 exit 0

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _args(**kw) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     sweep.add_arguments(parser)
-    args = parser.parse_args(["--out", "x", "--", "python", "t.py"])
+    args = parser.parse_args(["--out", "x", "--gpu-request", "gres", "--cpu-bind", "--", "python", "t.py"])
     for k, v in kw.items():
         setattr(args, k, v)
     return args
@@ -51,7 +51,7 @@ def test_layout_and_sbatch_lines(np_, gpus_per_node, tmp_path):
     assert int(sb["cpus-per-task"]) == 64 // gpus_per_node
     assert "exclusive" in sb and sb["distribution"] == "block:block"
     assert (sb["partition"], sb["account"], sb["time"]) == ("gpu", "proj42", "00:20:00")
-    assert sb["output"] == f"{tmp_path}/{spec.run_id}/stdout.log"
+    assert sb["output"] == f'"{tmp_path}/{spec.run_id}/stdout.log"'
     assert "module load cuda/12.4\nmodule load openmpi/4.1\n" in text
     assert f"export SCALESCOPE_RUN_DIR={tmp_path.resolve()}/{spec.run_id}" in text
     assert "export SCALESCOPE_FRAMEWORK=ddp\nexport SCALESCOPE_BACKEND=nccl" in text
@@ -64,6 +64,9 @@ def test_layout_known_answers():
     assert slurm.layout(4, gpus_per_node=4, cpus_per_node=48) == slurm.SlurmLayout(1, 4, 4, 12, 4)
     assert slurm.layout(5, gpus_per_node=4, cpus_per_node=48) == slurm.SlurmLayout(2, 5, 4, 12, 4)
     assert slurm.layout(16, gpus_per_node=8, cpus_per_node=128) == slurm.SlurmLayout(2, 16, 8, 16, 8)
+    # no GPUs: one rank per core
+    assert slurm.layout(2, gpus_per_node=0, cpus_per_node=4) == slurm.SlurmLayout(1, 2, 2, 1, 0)
+    assert slurm.layout(6, gpus_per_node=0, cpus_per_node=4) == slurm.SlurmLayout(2, 6, 4, 1, 0)
     with pytest.raises(ValueError, match=">= 1"):
         slurm.layout(0, gpus_per_node=4, cpus_per_node=4)
 
@@ -137,3 +140,70 @@ def test_dry_run_prints_and_writes_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks=12\n#SBATCH --ntasks-per-node=8" in proc.stdout
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("gpus", "gpu_request", "line"),
+    [(4, "gres", "#SBATCH --gres=gpu:2"), (4, "gpus-per-node", "#SBATCH --gpus-per-node=2"),
+     (4, "none", None), (0, "gres", None), (0, "gpus-per-node", None)],
+)
+def test_gpu_request_syntax(gpus, gpu_request, line, tmp_path):
+    text = slurm.render_script(RunSpec("ddp-gloo", 2, None, 1), script=["python", "t.py"], out=tmp_path,
+                               experiment="E", args=_args(gpus_per_node=gpus, gpu_request=gpu_request))
+    gpu_lines = [x for x in text.splitlines() if x.startswith(("#SBATCH --gres", "#SBATCH --gpus"))]
+    assert gpu_lines == ([line] if line else [])
+
+
+def test_cpu_bind_and_exclusive_follow_the_options(tmp_path):
+    spec = RunSpec("ddp-gloo", 2, None, 1)
+    on = slurm.render_script(spec, script=["python", "t.py"], out=tmp_path, experiment="E", args=_args())
+    off = slurm.render_script(spec, script=["python", "t.py"], out=tmp_path, experiment="E",
+                              args=_args(cpu_bind=False, exclusive=False))
+    assert "--cpu-bind=cores" in on and "#SBATCH --exclusive" in on
+    assert "--cpu-bind" not in off and "--exclusive" not in off
+
+
+def test_paths_are_quoted_and_percent_escaped_in_sbatch_lines(tmp_path):
+    out = tmp_path / "my exp 100%"
+    text = slurm.render_script(RunSpec("baseline", 1, None, 1), script=["python", "t.py"], out=out,
+                               experiment="E", args=_args())
+    assert f'#SBATCH --output="{tmp_path}/my exp 100%%/baseline_np1_r1/stdout.log"' in text
+    assert f"export SCALESCOPE_RUN_DIR='{out.resolve()}/baseline_np1_r1'" in text
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--time", "01:00:00\n#SBATCH --exclusive"), ("--time", "an hour"), ("--partition", "gpu\nrm -rf /"),
+     ("--account", "a b"), ("--module", "cuda\x07")],
+)
+def test_values_that_cannot_go_into_a_script_are_refused(option, value, tmp_path):
+    out = tmp_path / "BAD"
+    proc = subprocess.run(
+        [sys.executable, "-m", "instrumentation.sweep", "--slurm", "--gpus-per-node", "4", "--cpus-per-node", "8",
+         option, value, "--out", str(out), "--", "python", "t.py"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2
+    assert f"{option} {value!r} cannot go into a SLURM script" in proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_a_path_with_a_newline_is_refused(tmp_path):
+    out = tmp_path / "two\nlines"
+    proc = subprocess.run(
+        [sys.executable, "-m", "instrumentation.sweep", "--slurm", "--gpus-per-node", "4", "--cpus-per-node", "8",
+         "--out", str(out), "--", "python", "t.py"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and "cannot go into an #SBATCH line" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--submit"], ["--wait"], ["--max-jobs", "2"]])
+def test_submission_options_need_slurm(argv, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "instrumentation.sweep", *argv, "--out", str(tmp_path / "X"),
+                           "--", "python", "t.py"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and "needs --slurm" in proc.stderr, proc.stderr
+
+
+def test_wait_needs_submit(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "instrumentation.sweep", "--slurm", "--wait", "--gpus-per-node", "4",
+                           "--out", str(tmp_path / "X"), "--", "python", "t.py"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and "--wait needs --submit" in proc.stderr, proc.stderr
