@@ -1,0 +1,109 @@
+"""Validation by injection: real 2-rank runs with a known delay, recovered by scaling_loss.
+
+One uninjected sweep (1 and 2 ranks, DDP and Horovod over Gloo, the baseline) and two
+injected ones with the same configurations at 2 ranks, data and batch size (12 steps per
+rank and epoch at 2 ranks). ``docs/metrics.md`` ("Validation by injection") records the
+numbers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from _helpers import HVD_MISSING
+
+from analysis import metrics as M
+from analysis.metrics.gap import CAUSES
+from analysis.runset import RunSet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+BACKENDS = ["ddp-gloo"] + ([] if HVD_MISSING else ["horovod-gloo"])
+
+
+def _sweep(out, data, *options):
+    p = subprocess.run(
+        [sys.executable, "-m", "instrumentation.sweep", "--batch-size", "50", "--backend", ",".join(BACKENDS),
+         "--timeout", "180", "--out", str(out), *options[:-1], "--", "python", "examples/strain_stress.py",
+         "--epochs", "1", "--samples", "1600", "--data-dir", str(data), "--device", "cpu", *options[-1]],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inject")
+    return [_sweep(root / "clean", root / "cache", "--np", "1,2", "--baseline", []),
+            _sweep(root / "data", root / "cache", "--np", "2", ["--inject", "data:40@1"]),
+            _sweep(root / "backward", root / "cache", "--np", "2", ["--inject", "backward:30"])]
+
+
+@pytest.fixture(scope="module")
+def loss(sweeps):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rs = RunSet.from_dirs(sweeps)
+        table = M.scaling_loss(rs.events, rs.usable_runs())
+    return table, rs
+
+
+def _row(table, backend, inject):
+    t = table[(table["config_backend"] == backend) & (table["n_ranks"] == 2)]
+    t = t[t["inject"].isna()] if inject is None else t[t["inject"] == inject]
+    assert len(t) == 1, t
+    return t.iloc[0]
+
+
+def test_injection_is_recorded_in_the_runs_table(loss):
+    _, rs = loss
+    assert set(rs.runs["inject"].dropna()) == {"data:40@1", "backward:30"}
+
+
+def test_causes_sum_to_the_gap_within_one_percent(loss):
+    table, _ = loss
+    total = table[list(CAUSES)].sum(axis=1)
+    assert ((total - table["gap_s"]).abs() <= 0.01 * table["gap_s"].abs() + 1e-12).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_data_delay_on_rank_1_is_data_and_waiting_not_sync(loss, backend):
+    table, _ = loss
+    clean, slow = _row(table, backend, None), _row(table, backend, "data:40@1")
+    added = slow["measured_step_s"] - clean["measured_step_s"]
+    d_data = slow["data_s"] - clean["data_s"]
+    d_wait = slow["straggler_s"] - clean["straggler_s"]
+    d_sync = slow["sync_s"] - clean["sync_s"]
+    assert added > 0.020  # both ranks take longer per step (up to 40 ms; less where the sleep frees a core)
+    assert d_data + d_wait >= 0.8 * added, (added, d_data, d_wait, d_sync)
+    # rank 0's wait for rank 1 (half of the mean over two ranks) is waiting, not sync
+    assert d_wait >= 0.3 * added and d_wait > d_sync, (added, d_wait, d_sync)
+    assert slow["slowest_rank"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_delay_grows_compute(loss, backend):
+    table, _ = loss
+    clean, slow = _row(table, backend, None), _row(table, backend, "backward:30")
+    added = slow["measured_step_s"] - clean["measured_step_s"]
+    d_compute = slow["compute_s"] - clean["compute_s"]
+    assert d_compute >= 0.8 * 0.030, (added, d_compute)
+    assert d_compute >= 0.7 * added, (added, d_compute)
+
+
+def test_fresh_ddp_run_has_exposed_sync_and_partial_overlap(sweeps):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ev = RunSet.from_dirs(sweeps[0]).events
+    ev = ev[ev["run_id"].astype(str).str.endswith("ddp-gloo_np2_bs50_r1")]
+    b = M.time_breakdown(ev, level="rank")
+    assert len(b) == 2 and (b["sync_exposed_s"] > 0).all()
+    assert (b["sync_total_s"] >= b["sync_exposed_s"]).all()
+    o = M.ddp_comm_overlap(ev)
+    assert len(o) == 2 and (o["overlap_backward_frac"] < 1).all()
