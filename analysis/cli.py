@@ -156,6 +156,36 @@ def _add_notebooks(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _add_bench_allreduce(sub: argparse._SubParsersAction) -> None:
+    try:
+        from instrumentation import bench_allreduce
+    except ImportError as exc:  # the launcher side is optional on an analysis-only install
+        p = sub.add_parser("bench-allreduce", help=f"(unavailable: {exc})")
+        p.set_defaults(func=lambda args, err=exc: _unavailable("bench-allreduce", err))
+        return
+    p = sub.add_parser(
+        "bench-allreduce",
+        help="allreduce micro-benchmark over message sizes (Gloo, MPI, NCCL) with alpha-beta fits per link class",
+        description=(bench_allreduce.__doc__ or "").strip().splitlines()[0],
+    )
+    bench_allreduce.add_arguments(p)
+    p.add_argument("--experiment", default=None, metavar="EXP",
+                   help="a sweep's experiment directory: report the ring and two-level models' error against "
+                        "its measured sync per step (held-out rank counts marked)")
+
+    def run(args: argparse.Namespace) -> int:
+        from analysis import bench
+
+        rc = bench_allreduce.run(args)
+        if rc == 2:
+            return rc
+        tables = bench.summarize(args.out, experiment=args.experiment)
+        bench.print_tables(tables)
+        return rc
+
+    p.set_defaults(func=run)
+
+
 def _unavailable(what: str, exc: BaseException) -> int:
     print(f"scalescope {what}: not available in this installation ({exc})", file=sys.stderr)
     return EXIT_ERROR
@@ -170,6 +200,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_doctor,
     _add_demo,
     _add_notebooks,
+    _add_bench_allreduce,
 )
 
 

@@ -3,7 +3,7 @@ times, predictions at rank counts that were not measured, and the pipeline bubbl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -261,3 +261,241 @@ def what_if(cost: pd.DataFrame, per_run: pd.DataFrame, runs: pd.DataFrame, *, co
     info = pd.DataFrame({"config_backend": [config], "batch_size": [batch], "bytes_per_sync": [nbytes]})
     return {"measured": measured, "fit": fit, "prediction": pred,
             "measured_speedup": ms[["n_ranks", "speedup"]], "config": info}
+
+
+# ---------------------------------------------------------------------------------------
+# Allreduce micro-benchmark: alpha-beta per link class, ring and two-level models
+# ---------------------------------------------------------------------------------------
+
+#: ``link_class`` values of ``scalescope bench-allreduce`` (instrumentation/bench_allreduce.py).
+LINK_CLASSES = ("intra-node", "inter-node")
+#: Backend label -> the transport family its allreduce runs on (to match sweep configs to fits).
+_CONTROLLER = {"ddp-gloo": "gloo", "horovod-gloo": "gloo", "ddp-mpi": "mpi", "horovod-mpi": "mpi",
+               "ddp-nccl": "nccl", "gloo": "gloo", "mpi": "mpi", "nccl": "nccl"}
+
+
+def fit_link_alpha_beta(bench: pd.DataFrame, *, by: Sequence[str] = ("backend", "link_class"),
+                        level: float = 0.95) -> pd.DataFrame:
+    """Fit the ring model t(N, m) = 2(N-1)·alpha + 2(N-1)/N · m/beta to allreduce timings.
+
+    Parameters
+    ----------
+    bench
+        ``allreduce.csv`` of ``scalescope bench-allreduce``: ``n_ranks``, ``bytes``,
+        ``time_s`` and the ``by`` columns (one row per timed repeat).
+    by
+        One fit per group (default: backend and link class, ``intra-node``/``inter-node``).
+    level
+        Confidence level of the intervals.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the ``by`` columns, ``launcher_backend`` (when present),
+        ``alpha_s`` with ``alpha_ci_low_s``/``alpha_ci_high_s``, ``beta_bytes_per_s`` with
+        ``beta_ci_low_bytes_per_s``/``beta_ci_high_bytes_per_s``, ``n_points`` (sizes x rank
+        counts fitted), ``rank_counts`` (text), ``min_bytes``, ``max_bytes``, ``rel_rmse_frac``
+        (root mean square of the relative residuals).
+
+    Notes
+    -----
+    Each (rank count, size) enters once, as its median time; rank counts below 2 carry no
+    communication and are left out. The model is linear in alpha and c = 1/beta, fitted by
+    non-negative least squares on relative errors (rows weighted by 1/t, so a 4-byte
+    latency counts as much as a 256 MiB transfer). Intervals: the weighted least-squares
+    covariance s²(XᵀWX)⁻¹ with s² = RSS_w/(m-2) and Student's t with m-2 degrees of
+    freedom; beta's interval is 1/c's (an upper bound of ``inf`` when c's interval reaches
+    0). Hockney's alpha-beta model (Hockney 1994) applied to the ring allreduce (Thakur et
+    al. 2005).
+    """
+    from scipy import stats
+
+    require_columns(bench, ("n_ranks", "bytes", "time_s", *by), "fit_link_alpha_beta")
+    b = bench[bench["n_ranks"] >= 2]
+    keys = [*by, "launcher_backend"] if "launcher_backend" in b.columns and "launcher_backend" not in by else list(by)
+    med = b.groupby([*keys, "n_ranks", "bytes"], observed=True, as_index=False)["time_s"].median()
+    rows = []
+    for key, g in med.groupby(keys, observed=True, sort=True):
+        n = g["n_ranks"].to_numpy(float)
+        m = g["bytes"].to_numpy(float)
+        t = g["time_s"].to_numpy(float)
+        X = np.column_stack([2 * (n - 1), 2 * (n - 1) / n * m])
+        w = 1 / np.maximum(t, 1e-12)
+        Xw, tw = X * w[:, None], t * w
+        scale = np.abs(Xw).max(axis=0)
+        scale[scale == 0] = 1
+        coef, _ = optimize.nnls(Xw / scale, tw)
+        alpha, c = coef / scale
+        resid = tw - Xw @ np.array([alpha, c])
+        k = len(t)
+        a_lo = a_hi = c_lo = c_hi = np.nan
+        if k >= 3:
+            s2 = float(resid @ resid) / (k - 2)
+            cov = s2 * np.linalg.pinv(Xw.T @ Xw)
+            q = stats.t.ppf(0.5 + level / 2, k - 2)
+            a_se, c_se = np.sqrt(np.maximum(np.diag(cov), 0))
+            a_lo, a_hi = max(alpha - q * a_se, 0.0), alpha + q * a_se
+            c_lo, c_hi = max(c - q * c_se, 0.0), c + q * c_se
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        row.update({
+            "alpha_s": float(alpha), "alpha_ci_low_s": float(a_lo), "alpha_ci_high_s": float(a_hi),
+            "beta_bytes_per_s": float(1 / c) if c > 0 else np.inf,
+            "beta_ci_low_bytes_per_s": float(1 / c_hi) if c_hi > 0 else np.nan,
+            "beta_ci_high_bytes_per_s": (float(1 / c_lo) if c_lo > 0 else np.inf) if not np.isnan(c_lo) else np.nan,
+            "n_points": k, "rank_counts": ",".join(str(int(x)) for x in sorted(set(n))),
+            "min_bytes": int(m.min()), "max_bytes": int(m.max()),
+            "rel_rmse_frac": float(np.sqrt(np.mean(resid**2))),
+        })
+        rows.append(row)
+    if not rows:
+        raise ScalescopeError("no allreduce timing at 2 or more ranks to fit (bench-allreduce --np must include N >= 2)")
+    return pd.DataFrame(rows)
+
+
+def _link(links: pd.DataFrame, link_class: str) -> tuple[float, float] | None:
+    row = links[links["link_class"] == link_class]
+    if row.empty:
+        return None
+    r = row.iloc[0]
+    return float(r["alpha_s"]), float(r["beta_bytes_per_s"])
+
+
+def allreduce_time(links: pd.DataFrame, *, n_ranks: Iterable[int], nbytes: float, ranks_per_node: int | None = None,
+                   model: str = "auto") -> pd.DataFrame:
+    """Allreduce time predicted from :func:`fit_link_alpha_beta` parameters of one backend.
+
+    Parameters
+    ----------
+    links
+        Fit rows of one backend (``link_class``, ``alpha_s``, ``beta_bytes_per_s``).
+    n_ranks
+        Rank counts to predict.
+    nbytes
+        Message size (bytes; the gradient size for one synchronisation).
+    ranks_per_node
+        L, ranks per node; ``None`` = all ranks on one node.
+    model
+        ``"ring"`` (flat ring over all ranks; across nodes every step waits for the
+        inter-node link), ``"two-level"`` (hierarchical), or ``"auto"``: two-level when the
+        ranks span nodes, ring inside one node (where the two coincide).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``n_ranks``, ``n_nodes``, ``ranks_per_node``, ``model`` (the one used), ``pred_s``
+        (NaN with ``note`` saying which link fit is missing), ``note``.
+
+    Notes
+    -----
+    With K = N/L nodes: ring t = 2(N-1)·alpha + 2(N-1)/N · m/beta with the intra-node link
+    when K = 1, else the inter-node link. Two-level (reduce-scatter inside each node, ring
+    allreduce of the node's 1/L share across nodes, allgather inside each node, as
+    Horovod's hierarchical allreduce and NCCL's intra/inter split do):
+    t = 2(L-1)·alpha_i + 2(L-1)/L · m/beta_i + 2(K-1)·alpha_e + 2(K-1)/K · (m/L)/beta_e.
+    At K = 1 it is the intra-node ring; at L = 1 the inter-node ring.
+
+    Examples
+    --------
+    >>> links = pd.DataFrame({"link_class": ["intra-node", "inter-node"], "alpha_s": [1e-6, 1e-5],
+    ...                       "beta_bytes_per_s": [1e10, 1e9]})
+    >>> allreduce_time(links, n_ranks=[8], nbytes=1e8, ranks_per_node=4)[["model", "pred_s"]].round(6).values.tolist()
+    [['two-level', 0.040026]]
+    """
+    if model not in ("auto", "ring", "two-level"):
+        raise ScalescopeError(f"model must be 'auto', 'ring' or 'two-level', not {model!r}")
+    intra, inter = _link(links, "intra-node"), _link(links, "inter-node")
+    out = []
+    for n in n_ranks:
+        n = int(n)
+        L = min(n, int(ranks_per_node)) if ranks_per_node else n
+        K = max(1, -(-n // L))
+        used = model if model != "auto" else ("two-level" if K > 1 else "ring")
+        note, pred = "", np.nan
+        if n < 2:
+            pred = 0.0
+        elif used == "ring":
+            link = intra if K == 1 else inter
+            if link is None:
+                note = f"no {'intra' if K == 1 else 'inter'}-node fit"
+            else:
+                pred = 2 * (n - 1) * link[0] + 2 * (n - 1) / n * nbytes / link[1]
+        else:
+            need = [(name, lk) for name, lk, used_ in (("intra-node", intra, L > 1), ("inter-node", inter, K > 1))
+                    if used_]
+            missing = [name for name, lk in need if lk is None]
+            if missing:
+                note = "no " + " and ".join(missing) + " fit"
+            else:
+                pred = 0.0
+                if L > 1:
+                    pred += 2 * (L - 1) * intra[0] + 2 * (L - 1) / L * nbytes / intra[1]
+                if K > 1:
+                    pred += 2 * (K - 1) * inter[0] + 2 * (K - 1) / K * (nbytes / L) / inter[1]
+        out.append({"n_ranks": n, "n_nodes": K, "ranks_per_node": L, "model": used, "pred_s": pred, "note": note})
+    return pd.DataFrame(out)
+
+
+def sync_prediction_error(links: pd.DataFrame, cost: pd.DataFrame, runs: pd.DataFrame, *,
+                          fit_rank_counts: Iterable[int] = (), model: str = "auto") -> pd.DataFrame:
+    """Measured synchronisation time per run against the allreduce model's prediction.
+
+    Parameters
+    ----------
+    links
+        :func:`fit_link_alpha_beta` of a bench-allreduce (all backends).
+    cost
+        :func:`analysis.metrics.sync.sync_cost` (``run_id``, ``config_backend``, ``n_ranks``,
+        ``sync_median_s``).
+    runs
+        ``RunSet.runs`` (``n_params``; ``n_nodes`` when known).
+    fit_rank_counts
+        Rank counts the bench fitted; a run at any other count is ``held_out``.
+    model
+        Passed to :func:`allreduce_time`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per run with N >= 2 whose backend has a fit: ``run_id``,
+        ``config_backend``, ``bench_backend``, ``n_ranks``, ``n_nodes``, ``model``,
+        ``bytes_per_sync``, ``sync_measured_s``, ``sync_pred_s``, ``error_frac``
+        ((pred - measured)/measured), ``held_out`` (bool).
+
+    Notes
+    -----
+    One synchronisation is modelled as one allreduce of the whole gradient
+    (``n_params`` x 4 bytes, float32), as the fused/bucketed allreduce of a small model is.
+    A fit is matched to a run by the backend label (``launcher_backend``), else by the
+    transport family (Gloo, MPI, NCCL).
+    """
+    require_columns(cost, ("run_id", "config_backend", "n_ranks", "sync_median_s"), "sync_prediction_error")
+    held = {int(x) for x in fit_rank_counts}
+    runs_i = runs if "run_id" not in runs.columns else runs.set_index("run_id")
+    rows = []
+    for r in cost[cost["n_ranks"] >= 2].itertuples(index=False):
+        label = str(r.config_backend).split("_")[0] if r.config_backend is not None else ""
+        fits = links[links.get("launcher_backend", pd.Series(index=links.index, dtype=object)) == label]
+        if fits.empty:
+            fam = _CONTROLLER.get(label, label.split("-")[-1])
+            fits = links[links["backend"].map(lambda b, fam=fam: _CONTROLLER.get(str(b), str(b)) == fam)]
+        if fits.empty or r.run_id not in runs_i.index:
+            continue
+        meta = runs_i.loc[r.run_id]
+        n_params = meta.get("n_params")
+        if n_params is None or pd.isna(n_params):
+            continue
+        n_nodes = meta.get("n_nodes")
+        n_nodes = int(n_nodes) if n_nodes is not None and not pd.isna(n_nodes) else 1
+        nbytes = float(n_params) * 4
+        bench_backend = str(fits["backend"].iloc[0])
+        fits = fits[fits["backend"] == bench_backend]
+        pred = allreduce_time(fits, n_ranks=[int(r.n_ranks)], nbytes=nbytes,
+                              ranks_per_node=-(-int(r.n_ranks) // n_nodes), model=model).iloc[0]
+        meas = float(r.sync_median_s)
+        rows.append({"run_id": r.run_id, "config_backend": r.config_backend, "bench_backend": bench_backend,
+                     "n_ranks": int(r.n_ranks), "n_nodes": n_nodes, "model": pred["model"], "bytes_per_sync": nbytes,
+                     "sync_measured_s": meas, "sync_pred_s": float(pred["pred_s"]),
+                     "error_frac": (float(pred["pred_s"]) - meas) / meas if meas > 0 else np.nan,
+                     "held_out": int(r.n_ranks) not in held})
+    return pd.DataFrame(rows, columns=["run_id", "config_backend", "bench_backend", "n_ranks", "n_nodes", "model",
+                                       "bytes_per_sync", "sync_measured_s", "sync_pred_s", "error_frac", "held_out"])
