@@ -327,6 +327,17 @@ _BYTES_CACHE_MAX = 1 << 16
 _GROUPS = ("spans", "ticks", "other", "inst")
 
 
+def _take(table: dict[str, np.ndarray], which: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows ``which`` (indices or a mask) of a table of equal-length columns."""
+    return {k: v[which] for k, v in table.items()}
+
+
+def _cat(*tables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Tables stacked (the columns of the first; record number, pid, ns, name code)."""
+    return {k: np.concatenate([t[k] for t in tables]) for k in ("rec", "pid", "ts", "name")
+            if k in tables[0]}
+
+
 class _Stream:
     """Turns each chunk of records into output rows straight away.
 
@@ -355,17 +366,14 @@ class _Stream:
         self.bad_e = 0
         self.neg_dur = 0
         # B records open at the end of the last chunk: record number, pid, ns, name code
-        self.c_rec = np.zeros(0, dtype=np.int64)
-        self.c_pid = np.zeros(0, dtype=np.int64)
-        self.c_ts = np.zeros(0, dtype=np.int64)
-        self.c_name = np.zeros(0, dtype=np.int32)
+        self.open = {"rec": np.zeros(0, dtype=np.int64), "pid": np.zeros(0, dtype=np.int64),
+                     "ts": np.zeros(0, dtype=np.int64), "name": np.zeros(0, dtype=np.int32)}
         self.benign_pids: set[int] = set()
         self.rows = _assembly.Assembler(_GROUPS)  # the output rows, and sparse "bytes"
 
     def add(self, recs: list) -> None:
-        n = len(recs)
         base = self.n
-        self.n += n
+        self.n += len(recs)
         ph, odd = _chrome.phase_codes(recs)
         self.bad_ph_names.update(odd)
         names = self.names.encode([e.name for e in recs])
@@ -379,52 +387,15 @@ class _Stream:
             self.big_pid = True
             pid[pid >= 2**31] = -1
         pid_ok = pid >= 0
-        a_pos, a_val = self._args(recs, ph)
+        payload = self._args(recs, ph)
 
         # B/E matching, with the B records carried open from earlier chunks
-        is_bph = ph == _PH_B
-        be_any = is_bph | (ph == _PH_E)
+        is_b = ph == _PH_B
+        be_any = is_b | (ph == _PH_E)
         self.no_pid += int((be_any & ~pid_ok).sum())
         be = np.flatnonzero(be_any & has_ts & pid_ok)
-        loc_pid = pid[be]
-        involved = np.isin(self.c_pid, loc_pid)
-        ci, ck = np.flatnonzero(involved), np.flatnonzero(~involved)
-        nc = ci.size
-        comb_b = np.concatenate([np.ones(nc, dtype=bool), is_bph[be]])
-        comb_pid = np.concatenate([self.c_pid[ci], loc_pid])
-        comb_rec = np.concatenate([self.c_rec[ci], base + be])
-        comb_ts = np.concatenate([self.c_ts[ci], ts_ns[be]])
-        comb_name = np.concatenate([self.c_name[ci], names[be]])
-        res = _match_compact(comb_b, comb_pid)
-        if res is None:
-            benign = comb_b & self.names.props["benign"][comb_name]
-            b_pos, e_pos, level, open_pos, bad = _match_loop_compact(comb_b, comb_pid, benign,
-                                                                     self.benign_pids)
-            self.bad_e += bad
-        else:
-            b_pos, e_pos, level, _ = res
-            still = comb_b.copy()
-            still[b_pos] = False
-            open_pos = np.flatnonzero(still)
-            if b_pos.size and (self.benign_pids or self.names.props["benign"].any()):
-                self._track_benign(comb_pid[b_pos], e_pos, self.names.props["benign"][comb_name[b_pos]])
-        e_loc = be[e_pos - nc]  # an E is always in this chunk
-        if b_pos.size:
-            start = comb_ts[b_pos]
-            dur = ts_ns[e_loc] - start
-            neg = dur < 0
-            if neg.any():
-                self.neg_dur += int(neg.sum())
-                dur = np.maximum(dur, 0)
-            if a_pos.size:  # payloads, kept sparse: only op spans have one
-                hit = np.minimum(np.searchsorted(a_pos, e_loc), a_pos.size - 1)
-                ok = a_pos[hit] == e_loc
-                if ok.any():
-                    self.rows.add_sparse("bytes", self.rows.sizes["spans"] + np.flatnonzero(ok),
-                                         a_val[hit[ok]], group="spans")
-            self.rows.add("spans", rec=comb_rec[b_pos], name=comb_name[b_pos], top=level == 1,
-                       start=start, dur=dur, pid=comb_pid[b_pos].astype(np.int32))
-        kept = (self.c_rec[ck], self.c_pid[ck], self.c_ts[ck], self.c_name[ck])
+        new = {"rec": base + be, "pid": pid[be], "ts": ts_ns[be], "name": names[be]}
+        closed, still_open, kept = self._match(is_b[be], new, be, ts_ns, payload)
 
         # X records: per-rank readiness ticks (named by a rank number) and others
         xi = np.flatnonzero((ph == _PH_X) & has_ts)
@@ -432,32 +403,15 @@ class _Stream:
         is_tick = (xr >= 0) & pid_ok[xi]
         ti, oi = xi[is_tick], xi[~is_tick]
         if ti.size:
-            # a tick's name is its negotiation's: the NEGOTIATE_* span on its pid that
-            # contains it (closed in this chunk, or still open)
-            neg_b = self.names.props["neg"][comb_name]
-            m = neg_b[b_pos]
-            o = open_pos[neg_b[open_pos]]
-            k = self.names.props["neg"][kept[3]]
-            cand_b = np.concatenate([comb_rec[b_pos[m]], comb_rec[o], kept[0][k]])
-            cand_e = np.concatenate([base + e_loc[m], np.full(o.size + int(k.sum()), _OPEN)])
-            cand_pid = np.concatenate([comb_pid[b_pos[m]], comb_pid[o], kept[1][k]])
-            cand_name = np.concatenate([comb_name[b_pos[m]], comb_name[o], kept[3][k]])
-            enc = _enclosing(base + ti, pid[ti], cand_b, cand_e, cand_pid)
-            tname = (np.where(enc >= 0, cand_name[np.maximum(enc, 0)], _NEG_TICK)
-                     if cand_name.size else np.full(ti.size, _NEG_TICK))  # no negotiation
-            self.rows.add("ticks", name=tname.astype(np.int32), rank=xr[is_tick], start=ts_ns[ti],
-                       pid=pid[ti].astype(np.int32))
+            tname = self._tick_names(base + ti, pid[ti], closed, still_open, kept)
+            self.rows.add("ticks", name=tname.astype(np.int32), rank=xr[is_tick],
+                          start=ts_ns[ti], pid=pid[ti].astype(np.int32))
         if oi.size:
             self.rows.add("other", name=names[oi], start=ts_ns[oi], pid=pid[oi].astype(np.int32))
         ii = np.flatnonzero(np.isin(ph, _PH_INSTANT) & has_ts)
         if ii.size:
             self.rows.add("inst", name=names[ii], start=ts_ns[ii], pid=pid[ii].astype(np.int32))
-
-        # carry the B records still open
-        self.c_rec = np.concatenate([kept[0], comb_rec[open_pos]])
-        self.c_pid = np.concatenate([kept[1], comb_pid[open_pos]])
-        self.c_ts = np.concatenate([kept[2], comb_ts[open_pos]])
-        self.c_name = np.concatenate([kept[3], comb_name[open_pos]])
+        self.open = _cat(kept, still_open)
 
         known = np.isin(ph, _PH_KNOWN)
         if not known.all():
@@ -465,6 +419,72 @@ class _Stream:
             self.bad_ph_names.update(chr(c) for c in np.unique(ph[~known]).tolist()
                                      if c != _chrome.PH_ODD)
         self.missing_ts += int((known & (ph != _PH_M) & ~has_ts).sum())
+
+    def _match(self, is_b: np.ndarray, new: dict, be: np.ndarray, ts_ns: np.ndarray,
+               payload: tuple[np.ndarray, np.ndarray]) -> tuple[dict, dict, dict]:
+        """Match the chunk's B/E records (``new``, at chunk positions ``be``) and the B
+        records carried open on their pids; store the closed spans. Returns the closed
+        spans (with ``e``, the record number of their E), the B records still open among
+        those matched, and the carried ones not involved."""
+        involved = np.isin(self.open["pid"], new["pid"])
+        kept = _take(self.open, ~involved)
+        comb = _cat(_take(self.open, involved), new)
+        nc = int(involved.sum())
+        comb_b = np.concatenate([np.ones(nc, dtype=bool), is_b])
+        benign_of = self.names.props["benign"]
+        res = _match_compact(comb_b, comb["pid"])
+        if res is None:
+            benign = comb_b & benign_of[comb["name"]]
+            b_pos, e_pos, level, open_pos, bad = _match_loop_compact(comb_b, comb["pid"], benign,
+                                                                     self.benign_pids)
+            self.bad_e += bad
+        else:
+            b_pos, e_pos, level, _ = res
+            still = comb_b.copy()
+            still[b_pos] = False
+            open_pos = np.flatnonzero(still)
+            if b_pos.size and (self.benign_pids or benign_of.any()):
+                self._track_benign(comb["pid"][b_pos], e_pos, benign_of[comb["name"][b_pos]])
+        e_loc = be[e_pos - nc]  # an E is always in this chunk
+        closed = _take(comb, b_pos)
+        closed["e"] = new["rec"][e_pos - nc]
+        if b_pos.size:
+            self._spans(closed, level, ts_ns[e_loc], e_loc, payload)
+        return closed, _take(comb, open_pos), kept
+
+    def _spans(self, spans: dict, level: np.ndarray, end: np.ndarray, e_loc: np.ndarray,
+               payload: tuple[np.ndarray, np.ndarray]) -> None:
+        """Store closed spans; a payload (``(chunk positions, bytes)`` of records with
+        dtype and shape) belongs to the span its E record closes."""
+        start = spans["ts"]
+        dur = end - start
+        neg = dur < 0
+        if neg.any():
+            self.neg_dur += int(neg.sum())
+            dur = np.maximum(dur, 0)
+        a_pos, a_val = payload
+        if a_pos.size:  # kept sparse: only op spans have one
+            hit = np.minimum(np.searchsorted(a_pos, e_loc), a_pos.size - 1)
+            ok = a_pos[hit] == e_loc
+            if ok.any():
+                self.rows.add_sparse("bytes", self.rows.sizes["spans"] + np.flatnonzero(ok),
+                                     a_val[hit[ok]], group="spans")
+        self.rows.add("spans", rec=spans["rec"], name=spans["name"], top=level == 1,
+                      start=start, dur=dur, pid=spans["pid"].astype(np.int32))
+
+    def _tick_names(self, rec: np.ndarray, pid: np.ndarray, closed: dict, still_open: dict,
+                    kept: dict) -> np.ndarray:
+        """A tick's name is its negotiation's: the ``NEGOTIATE_*`` span on its pid that
+        contains it (closed in this chunk, or still open); else ``NEGOTIATE``."""
+        neg = self.names.props["neg"]
+        cands = [_take(t, neg[t["name"]]) for t in (closed, still_open, kept)]
+        if not sum(c["name"].size for c in cands):  # no negotiation at all
+            return np.full(rec.size, _NEG_TICK)
+        ends = np.concatenate([cands[0]["e"],
+                               np.full(cands[1]["rec"].size + cands[2]["rec"].size, _OPEN)])
+        c = _cat(*cands)
+        enc = _enclosing(rec, pid, c["rec"], ends, c["pid"])
+        return np.where(enc >= 0, c["name"][np.maximum(enc, 0)], _NEG_TICK)
 
     def _args(self, recs: list, ph: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Metadata (tensor names, epoch anchor) and the payload of records with dtype/shape.
@@ -602,7 +622,7 @@ def _damage_notes(st: _Stream) -> None:
             f"{st.inexact} timestamp(s) had a fraction of a µs beyond float64 precision "
             "(Horovod writes integer µs); rounded"
         )
-    open_b = st.c_rec.size
+    open_b = st.open["rec"].size
     if open_b:
         damage.notes.append(f"{open_b} B record(s) had no matching E (still open at the end) "
                             "and were dropped")
