@@ -61,6 +61,8 @@ RUN_COLUMNS: dict[str, str] = {
     "start_time": "object",
     "end_time": "object",
     "wall_s": "float64",
+    "comm_path": "object",
+    "comm_warnings": "object",
 }
 
 EPOCH_COLUMNS: dict[str, str] = {
@@ -181,10 +183,20 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         "start_time": m.get("start_time"),
         "end_time": m.get("end_time"),
         "wall_s": entry.get("wall_s"),
+        **_comm(run_dir, manifest),
     }
     for key, value in (config.get("vary") or {}).items():
         row[f"vary_{key}"] = value
     return row
+
+
+def _comm(run_dir: Path | None, manifest: dict | None) -> dict:
+    """``comm_path`` and ``comm_warnings`` (``; ``-joined, None when none) of a run
+    (:func:`analysis.metrics.commpath.run_comm_path`)."""
+    from analysis.metrics.commpath import run_comm_path
+
+    info = run_comm_path(run_dir, manifest)
+    return {"comm_path": info["comm_path"], "comm_warnings": "; ".join(info["comm_warnings"]) or None}
 
 
 def _typed_runs(rows: list[dict]) -> pd.DataFrame:

@@ -1,0 +1,207 @@
+"""The communication path of a run, from its NCCL logs and manifest: per communicator facts,
+a one-line ``comm_path`` for the runs table and the warnings the report shows.
+
+``comm_path`` examples: ``"intra-node P2P/CUMEM, inter-node NET/IB GDRDMA"``,
+``"inter-node NET/Socket"``, ``"intra-node Gloo TCP"``, ``"NCCL, 1 rank (no peer
+connection)"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.errors import ReadError, RecoveryWarning
+
+#: An IB device in ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB ...``.
+_IB_DEVICE = re.compile(r"\[\d+\]\S+?:\d+/(?:IB|RoCE|UNSPECIFIED)")
+_INTRA = ("P2P/", "SHM")
+
+
+def communicators(nccl: pd.DataFrame) -> pd.DataFrame:
+    """One row per communicator of an NCCL log frame (``analysis.read(log)``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``comm_key`` (``commId``, else ``nranks=N`` when the log predates commIds),
+        ``nccl_version``, ``n_ranks``, ``n_nodes`` (printed, else the hosts seen when every
+        rank's host is known), ``hosts`` (comma-joined), ``local_ranks`` (printed),
+        ``intra_transports`` / ``inter_transports`` (``;``-joined classes), ``gdrdma`` (any
+        NET connection with GPUDirect RDMA), ``network``, ``n_channels``, ``has_trees``.
+
+    Notes
+    -----
+    A connection is inter-node when its two ranks' hosts differ (hosts from the
+    communicator lines); when a host is unknown, NET transports count as inter-node and
+    P2P/SHM as intra-node.
+    """
+    cols = ["comm_key", "nccl_version", "n_ranks", "n_nodes", "hosts", "local_ranks", "intra_transports",
+            "inter_transports", "gdrdma", "network", "n_channels", "has_trees"]
+    if nccl.empty:
+        return pd.DataFrame(columns=cols)
+    df = nccl.copy()
+    key = df["comm_id"].astype(object)
+    fallback = "nranks=" + df["nranks"].astype("Int64").astype(str)
+    df["comm_key"] = key.where(key.notna(), fallback.where(df["nranks"].notna(), None))
+    # rows of one process without a commId take the process's commId when it has just one
+    per_proc = df.dropna(subset=["comm_id"]).groupby(["host", "pid"], observed=True)["comm_id"].unique()
+    single = {k: v[0] for k, v in per_proc.items() if len(v) == 1}
+    miss = df["comm_id"].isna() & df["rank"].notna()
+    df.loc[miss, "comm_key"] = [single.get((h, p), ck) for h, p, ck in
+                                zip(df.loc[miss, "host"], df.loc[miss, "pid"], df.loc[miss, "comm_key"], strict=True)]
+    rank_host = df.dropna(subset=["rank", "host"]).drop_duplicates(["comm_key", "rank"]).set_index(
+        ["comm_key", "rank"])["host"].astype(object).to_dict()
+    rows = []
+    for ck, g in df.dropna(subset=["comm_key"]).groupby("comm_key", sort=False):
+        conn = g[g["record"] == "connection"]
+        intra, inter = set(), set()
+        for r in conn.itertuples(index=False):
+            a, b = rank_host.get((ck, r.rank)), rank_host.get((ck, r.peer))
+            cross = (a != b) if a is not None and b is not None else not str(r.transport).startswith(_INTRA)
+            label = str(r.transport) + (" GDRDMA" if not pd.isna(r.gdrdma) and bool(r.gdrdma) else "")
+            (inter if cross else intra).add(label)
+        n_ranks = g["nranks"].dropna()
+        hosts = sorted(set(g["host"].dropna().astype(str)))
+        n_nodes = g["n_nodes"].dropna()
+        ranks_with_host = {r for (k, r) in rank_host if k == ck}
+        if len(n_nodes):
+            nodes = int(n_nodes.iloc[0])
+        elif len(n_ranks) and len(ranks_with_host) == int(n_ranks.iloc[0]):
+            nodes = len(hosts)
+        else:
+            nodes = None
+        net = df.loc[(df["record"] == "network") & df["host"].isin(hosts), "net"].dropna().astype(str)
+        mm = g.loc[g["record"] == "ring", "n_channels"].dropna()
+        ch = g.loc[g["record"] == "channels", "n_channels"].dropna()
+        rows.append({
+            "comm_key": ck, "nccl_version": next(iter(g["nccl_version"].dropna()), None),
+            "n_ranks": int(n_ranks.iloc[0]) if len(n_ranks) else None, "n_nodes": nodes, "hosts": ",".join(hosts),
+            "local_ranks": int(g["local_ranks"].dropna().iloc[0]) if g["local_ranks"].notna().any() else None,
+            "intra_transports": ";".join(sorted(intra)), "inter_transports": ";".join(sorted(inter)),
+            "gdrdma": bool(conn["gdrdma"].fillna(False).any()), "network": ";".join(sorted(set(net))),
+            "n_channels": int(mm.iloc[0]) if len(mm) else (int(ch.iloc[0]) if len(ch) else None),
+            "has_trees": bool((g["record"] == "tree").any()),
+        })
+    return pd.DataFrame(rows, columns=cols)
+
+
+def ib_devices(nccl: pd.DataFrame) -> list[str]:
+    """IB/RoCE devices NCCL listed (``NET/IB : Using [0]mlx5_0:1/IB ...``); empty when none."""
+    texts = nccl.loc[nccl["record"] == "ib", "text"].dropna().astype(str)
+    return sorted({m.group(0) for t in texts for m in _IB_DEVICE.finditer(t)})
+
+
+def summarize_nccl(nccl: pd.DataFrame, *, rdma_devices: list[str] | None = None) -> dict:
+    """``comm_path``, ``nccl_version`` and ``comm_warnings`` of one run's NCCL frame.
+
+    ``rdma_devices`` are the node's InfiniBand/RoCE devices from the manifest (the sweep's
+    ``/sys/class/infiniband`` listing); NCCL's own device list is used too.
+    """
+    comms = communicators(nccl)
+    multi = comms[comms["n_ranks"].fillna(0) > 1]
+    intra = sorted({t for s in multi["intra_transports"] for t in s.split(";") if t})
+    inter = sorted({t for s in multi["inter_transports"] for t in s.split(";") if t})
+    parts = []
+    if intra:
+        parts.append("intra-node " + "+".join(intra))
+    if inter:
+        parts.append("inter-node " + "+".join(inter))
+    if parts:
+        path = ", ".join(parts)
+    elif len(comms) and multi.empty:
+        path = "NCCL, 1 rank (no peer connection)"
+    else:
+        path = "NCCL (no connection line in the logs)"
+    warns = []
+    texts = nccl.loc[nccl["record"] == "warn", "text"].dropna().astype(str)
+    if len(texts):
+        warns.append(f"NCCL printed {len(texts)} WARN line(s), e.g. {texts.iloc[0]!r}")
+    devices = sorted(set(ib_devices(nccl)) | set(rdma_devices or []))
+    multi_node = bool((multi["n_nodes"].fillna(0) > 1).any()) or bool(inter)
+    if multi_node and any(t.startswith("NET/Socket") for t in inter) and devices:
+        warns.append(f"multi-node run used sockets (NET/Socket) although IB/RDMA devices were present "
+                     f"({', '.join(devices)}): check NCCL_IB_DISABLE, NCCL_NET and the IB plugin")
+    versions = sorted(set(nccl["nccl_version"].dropna().astype(str)))
+    return {"comm_path": path, "nccl_version": ";".join(versions) or None, "comm_warnings": warns}
+
+
+def run_comm_path(run_dir: str | os.PathLike[str] | None, manifest: dict | None) -> dict:
+    """``comm_path``, ``nccl_version`` and ``comm_warnings`` of one run directory.
+
+    NCCL runs are summarised from their logs (``nccl.*.log``, written by the sweep's
+    capture, else the NCCL lines in ``stdout.log``); Gloo and MPI runs from the manifest
+    (``intra-node Gloo TCP``, ``inter-node MPI (Open MPI 4.1.4)``); the baseline is
+    ``none (1 process)``. Unreadable logs give a :class:`RecoveryWarning` and ``None``.
+    """
+    from analysis import read
+    from analysis.readers import nccl as nccl_reader
+
+    m = manifest or {}
+    framework, backend = m.get("framework"), m.get("backend")
+    n_nodes = m.get("n_nodes") or (len(m["ranks_per_host"]) if m.get("ranks_per_host") else 1)
+    scope = "intra-node" if int(n_nodes or 1) <= 1 else "inter-node"
+    capture = m.get("comm_capture") or {}
+    out: dict = {"comm_path": None, "nccl_version": None, "comm_warnings": []}
+    logs: list[Path] = []
+    if run_dir is not None and Path(run_dir).is_dir():
+        logs = sorted(Path(run_dir).glob("nccl.*.log"))
+        if not logs:
+            logs = [p for p in (Path(run_dir) / "stdout.log",) if p.is_file() and nccl_reader.sniff(p)]
+    if logs:
+        frames = []
+        for f in logs:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RecoveryWarning)
+                    frames.append(read(f, format="nccl"))
+            except ReadError as exc:
+                warnings.warn(f"comm_path: {exc}", RecoveryWarning, stacklevel=2)
+        if frames:
+            rdma = [d["name"] for d in ((capture.get("node") or {}).get("nics") or {}).get("rdma") or []]
+            return summarize_nccl(pd.concat(frames, ignore_index=True), rdma_devices=rdma)
+    if framework in (None, "none") or not backend:
+        out["comm_path"] = "none (1 process)" if framework == "none" else None
+        return out
+    names = {"gloo": "Gloo", "mpi": "MPI", "nccl": "NCCL"}
+    if m.get("world_size") == 1:
+        out["comm_path"] = f"{names.get(backend, backend)}, 1 rank (no peer connection)"
+        return out
+    if backend == "gloo":
+        iface = capture.get("gloo_socket_ifname")
+        out["comm_path"] = f"{scope} Gloo TCP" + (f" ({iface})" if iface else "")
+    elif backend == "mpi":
+        mpi = (capture.get("node") or {}).get("mpi") or {}
+        impl = " ".join(str(x) for x in (mpi.get("implementation"), mpi.get("version")) if x)
+        out["comm_path"] = f"{scope} MPI" + (f" ({impl})" if impl else "")
+    elif backend == "nccl":
+        out["comm_path"] = f"{scope} NCCL (no NCCL log captured)"
+    else:
+        out["comm_path"] = f"{scope} {backend}"
+    return out
+
+
+def comm_paths(runs: pd.DataFrame) -> pd.DataFrame:
+    """``run_id``, ``config_backend``, ``comm_path``, ``nccl_version``, ``comm_warnings`` for
+    every run of a runs table (``RunSet.runs``; ``path`` locates each run directory)."""
+    rows = []
+    for r in runs.itertuples(index=False):
+        path = getattr(r, "path", None)
+        manifest = None
+        if isinstance(path, str) and (Path(path) / "run.json").is_file():
+            try:
+                manifest = json.loads((Path(path) / "run.json").read_text())
+            except ValueError:
+                manifest = None
+        info = run_comm_path(path if isinstance(path, str) else None, manifest)
+        rows.append({"run_id": r.run_id, "config_backend": getattr(r, "config_backend", None), **info,
+                     "comm_warnings": "; ".join(info["comm_warnings"]) or None})
+    return pd.DataFrame(rows, columns=["run_id", "config_backend", "comm_path", "nccl_version", "comm_warnings"])
+
+
+__all__ = ["comm_paths", "communicators", "ib_devices", "run_comm_path", "summarize_nccl"]
