@@ -482,7 +482,8 @@ class Assembler:
         self.groups = tuple(groups)
         self.pieces: dict[str, dict[str, list[np.ndarray]]] = {g: {} for g in self.groups}
         self.sizes = dict.fromkeys(self.groups, 0)
-        self._sparse: dict[str, tuple[str, list[np.ndarray], list[np.ndarray]]] = {}
+        # sparse columns: per piece, its group, row numbers within it, and values
+        self._sparse: dict[str, tuple[list[str], list[np.ndarray], list[np.ndarray]]] = {}
         self._order: TimeOrder | None = None
 
     # -- while the file streams
@@ -503,11 +504,9 @@ class Assembler:
                    group: str = "rows") -> None:
         """Store values of column ``name`` for some rows of ``group`` (row numbers within
         the group, in storage order); a later value for a row wins."""
-        if name not in self._sparse:
-            self._sparse[name] = (group, [], [])
-        _, r, v = self._sparse[name]
-        r.append(rows)
-        v.append(values)
+        for kept, new in zip(self._sparse.setdefault(name, ([], [], [])), (group, rows, values),
+                             strict=True):
+            kept.append(new)
 
     def has_sparse(self, name: str) -> bool:
         return name in self._sparse
@@ -635,9 +634,9 @@ class Assembler:
         no value was given for are missing, and their values are never made resident."""
         values = lazy_zeros(self.size, dtype)
         mask = np.ones(self.size, dtype=bool)
-        group, rows, vals = self._sparse.pop(name, (self.groups[0], [], []))
-        first = self._first(group)
-        for r, v in drain(rows, vals):
+        groups, rows, vals = self._sparse.pop(name, ([], [], []))
+        firsts = [self._first(g) for g in groups]
+        for first, (r, v) in zip(firsts, drain(rows, vals), strict=True):
             for b in row_blocks(r.size):
                 out = self._order.rows(r[b] + first)
                 values[out] = v[b]
@@ -646,10 +645,11 @@ class Assembler:
 
     def sparse_rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """``(output rows, values)`` of the sparse column ``name`` (empty when none)."""
-        group, rows, vals = self._sparse.pop(name, (self.groups[0], [], []))
+        groups, rows, vals = self._sparse.pop(name, ([], [], []))
         dtype = vals[0].dtype if vals else np.int64
-        at = concat_pieces(rows, np.int64)
-        return self.rows(at, group), concat_pieces(vals, dtype)
+        at = concat_pieces([r + self._first(g) for g, r in zip(groups, rows, strict=True)],
+                           np.int64)
+        return self.rows(at), concat_pieces(vals, dtype)
 
     def events(self, **columns: Any) -> pd.DataFrame:
         """The event frame: every column given as built (no copy), a ``str`` or ``int``

@@ -109,3 +109,80 @@ def test_kineto_frame_does_not_depend_on_row_blocks(block, data_dir, monkeypatch
         pd.testing.assert_frame_equal(expected, got, obj=f"{f.name}, {block}-row blocks")
         assert w_expected == w_got, f.name
     assert longest > 2 * block  # several blocks
+
+
+def _assembler(rng, n_pieces=6) -> tuple[_assembly.Assembler, dict]:
+    """Three groups of random rows with many tied starts; groups "a" and "c" carry a tie
+    key (unique within the group, stored out of order), group "b" has none."""
+    asm = _assembly.Assembler(("a", "b", "c"))
+    stored = {g: {"start": [], "key": [], "v": []} for g in asm.groups}
+    for _ in range(n_pieces):
+        for g in asm.groups:
+            m = int(rng.integers(0, 9))
+            start = rng.integers(0, 6, size=m).astype(np.int64)
+            v = rng.integers(-100, 100, size=m)
+            cols = {"start": start, "v": v}
+            if g != "b":
+                cols["k"] = rng.permutation(1000)[:m].astype(np.int64) + 1000 * len(stored[g]["v"])
+                stored[g]["key"].append(cols["k"])
+            stored[g]["start"].append(start)
+            stored[g]["v"].append(v)
+            asm.add(g, **cols)
+    return asm, {g: {c: np.concatenate(x) if x else np.zeros(0, np.int64) for c, x in d.items()}
+                 for g, d in stored.items()}
+
+
+@pytest.mark.parametrize("block", [1, 5, 1 << 16])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_assembler_orders_ties_by_group_then_key(block, seed, monkeypatch):
+    """The generic secondary key: rows in time order, ties by (group, key), rows of a group
+    without a key in storage order, whatever the row blocks."""
+    monkeypatch.setattr(_assembly, "BLOCK_ROWS", block)
+    rng = np.random.default_rng(seed)
+    asm, stored = _assembler(rng)
+    start = np.concatenate([stored[g]["start"] for g in asm.groups])
+    group = np.concatenate([np.full(stored[g]["start"].size, i) for i, g in enumerate(asm.groups)])
+    sec = np.concatenate([stored["a"]["key"], np.arange(stored["b"]["start"].size),
+                          stored["c"]["key"]])
+    values = np.concatenate([stored[g]["v"] for g in asm.groups])
+    expected = np.lexsort((sec, group, start))
+    got_start = asm.order("start", tie_key="k", offset=7)
+    np.testing.assert_array_equal(got_start, start[expected] + 7)
+    out = asm.column("v", np.int64)
+    np.testing.assert_array_equal(out, values[expected])
+    assert all(not p for g in asm.groups for p in asm.pieces[g].values())  # all freed
+
+
+def test_assembler_place_fill_codes_sparse_and_events():
+    asm = _assembly.Assembler(("x", "y"))
+    asm.add("x", start=np.array([5, 1], dtype=np.int64), name=np.array([1, -1], dtype=np.int32))
+    asm.add("y", start=np.array([3], dtype=np.int64), name=np.array([-2], dtype=np.int32))
+    asm.add_sparse("bytes", np.array([1, 1]), np.array([10, 20]), group="x")  # later wins
+    asm.add_sparse("bytes", np.array([0]), np.array([30]), group="y")
+    names = asm.codes("name", ["unused", "b"], negative=("NEG", "<unnamed>"))
+    assert names.kept == ["b", "NEG", "<unnamed>"] and names.dtype == np.int8
+    start = asm.order()
+    assert start.tolist() == [1, 3, 5]
+    name, kind = asm.empty(names.dtype), asm.empty(np.int8)
+    asm.place((name, kind), "x", ("name",), lambda x: (names(x), x + 1))
+    asm.place(name, "y", ("name",), names)
+    asm.fill(kind, "y", 9)
+    nbytes, na = asm.sparse("bytes", np.int64)
+    df = asm.events(name=_assembly.categorical(name, names.kept),
+                    kind=_assembly.from_codes(kind, ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]),
+                    start_ns=start, dur_ns=np.zeros(3, dtype=np.int64), rank=3, run_id="r",
+                    bytes=pd.arrays.IntegerArray(nbytes, na), source="test")
+    assert df["name"].tolist() == ["<unnamed>", "NEG", "b"]
+    assert df["kind"].tolist() == ["a", "j", "c"]
+    assert df["bytes"].fillna(-1).tolist() == [20, 30, -1]
+    assert df["rank"].tolist() == [3] * 3 and str(df["rank"].dtype) == "Int32"
+    assert df["run_id"].tolist() == ["r"] * 3 and df["host"].isna().all()
+    assert df["tid"].isna().all() and str(df["device"].dtype) == "Int16"
+
+
+def test_key_codes_by_table_and_by_search():
+    for keys in ([3, 0, 7], [3, -5, 2**40]):
+        codes = _assembly.KeyCodes(dict(zip(keys, ["a", "b", "a"], strict=True)))
+        assert codes.categories == ["a", "b"]
+        q = np.array([keys[0], keys[1], keys[2], 11, -1], dtype=np.int64)
+        assert codes(q).tolist() == [0, 1 if keys[1] >= 0 else -1, 0, -1, -1]
