@@ -5,7 +5,7 @@ Two halves, both used by the sweep and written into the manifests (``run.json`` 
 
 * :func:`nccl_env` sets ``NCCL_DEBUG=INFO`` (unless the caller's environment already sets
   ``NCCL_DEBUG``, or capture is turned off with the sweep's ``--no-nccl-debug``) and
-  ``NCCL_DEBUG_FILE=<run>/nccl/nccl.%h.%p.log`` so every process (= rank) of an NCCL run
+  ``NCCL_DEBUG_FILE=<run>/nccl.%h.%p.log`` so every process (= rank) of an NCCL run
   (DDP over NCCL, or Horovod, whose GPU operations may be NCCL) writes its own NCCL lines
   into the run directory; NCCL expands ``%h`` to the host and ``%p`` to the pid.
   Caveat: NCCL up to 2.21 prints its ``NCCL version`` line to stdout, not to that file
@@ -33,11 +33,24 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["HOROVOD_KNOBS", "NCCL_DIR", "horovod_info", "mpi_info", "nccl_env", "nccl_logs", "nics",
-           "node_info", "run_capture", "topo_matrix", "write_node_info"]
+__all__ = [
+    "HOROVOD_KNOBS",
+    "NCCL_FILE",
+    "horovod_info",
+    "mpi_info",
+    "nccl_env",
+    "nccl_logs",
+    "nics",
+    "node_info",
+    "node_info_once",
+    "run_capture",
+    "topo_matrix",
+    "write_node_info",
+]
 
-#: Sub-directory of a run directory that holds the per-process NCCL logs.
-NCCL_DIR = "nccl"
+#: Name pattern of the per-process NCCL logs in a run directory (NCCL expands %h and %p;
+#: the run directory exists before the ranks start, so NCCL can create the files there).
+NCCL_FILE = "nccl.%h.%p.log"
 #: Horovod tuning knobs recorded as set (``None`` = unset: Horovod's default applies; the
 #: fusion threshold's default is 64 MiB, HOROVOD_FUSION_THRESHOLD in Horovod's docs).
 HOROVOD_KNOBS = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_HIERARCHICAL_ALLREDUCE",
@@ -78,25 +91,26 @@ def nccl_env(env: dict[str, str], run_dir: str | os.PathLike[str], *, framework:
     if "NCCL_DEBUG" not in env:
         env["NCCL_DEBUG"] = "INFO"
     if "NCCL_DEBUG_FILE" not in env:
-        d = Path(run_dir).resolve() / NCCL_DIR
-        d.mkdir(parents=True, exist_ok=True)
-        env["NCCL_DEBUG_FILE"] = str(d / "nccl.%h.%p.log")
+        env["NCCL_DEBUG_FILE"] = str(Path(run_dir).resolve() / NCCL_FILE)
     return env
 
 
 def nccl_logs(run_dir: str | os.PathLike[str]) -> list[str]:
     """The NCCL logs of a run, relative to the run directory (empty files left out)."""
-    d = Path(run_dir) / NCCL_DIR
+    d = Path(run_dir)
     if not d.is_dir():
         return []
-    return sorted(str(p.relative_to(run_dir)) for p in d.glob("*.log") if p.stat().st_size > 0)
+    return sorted(p.name for p in d.glob("nccl.*.log") if p.stat().st_size > 0)
 
 
 def run_capture(run_dir: str | os.PathLike[str], env: Mapping[str, str]) -> dict:
-    """The ``comm_capture`` entry of a run's manifest: NCCL settings and log files."""
+    """The ``comm_capture`` entry of a run's manifest: NCCL settings and log files.
+
+    ``nccl_debug`` is ``env``'s ``NCCL_DEBUG``, else ``"INFO"`` when the run left NCCL logs
+    (the sweep set it for the run only)."""
     logs = nccl_logs(run_dir)
     return {
-        "nccl_debug": env.get("NCCL_DEBUG"),
+        "nccl_debug": env.get("NCCL_DEBUG") or ("INFO" if logs else None),
         "nccl_debug_file": env.get("NCCL_DEBUG_FILE"),
         "nccl_logs": logs,
         "nccl_env": {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_") and k not in
@@ -232,3 +246,14 @@ def write_node_info(out_dir: str | os.PathLike[str], *, python: str | None = Non
         f.write_text(topo.pop("text"))
         topo["file"] = str(f.relative_to(out_dir))
     return info
+
+
+_NODE_CACHE: dict[str, dict] = {}
+
+
+def node_info_once(out_dir: str | os.PathLike[str], *, python: str | None = None) -> dict:
+    """:func:`write_node_info` for ``out_dir``, collected once per process and directory."""
+    key = str(Path(out_dir).resolve())
+    if key not in _NODE_CACHE:
+        _NODE_CACHE[key] = write_node_info(out_dir, python=python)
+    return _NODE_CACHE[key]

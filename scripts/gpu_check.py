@@ -177,7 +177,7 @@ def _read_run(run_dir: Path) -> dict:
     res["nvml_samples"] = int(sm["device"].notna().sum()) if len(sm) else 0
     res["samples_by_source"] = sm["source"].value_counts().loc[lambda s: s > 0].to_dict() if len(sm) else {}
     res["warnings"] = sorted({str(w.message)[:200] for w in caught})[:5]
-    logs = sorted((run_dir / "nccl").glob("*.log")) if (run_dir / "nccl").is_dir() else []
+    logs = sorted(run_dir.glob("nccl.*.log"))
     if not logs:  # capture not wired: NCCL prints to the ranks' stdout
         logs = [p for p in (run_dir / "stdout.log", run_dir / "stderr.log") if p.exists() and p.stat().st_size]
         logs = [p for p in logs if nccl_reader.sniff(p)]

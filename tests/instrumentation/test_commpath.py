@@ -20,8 +20,8 @@ def test_nccl_env_only_for_runs_that_may_use_nccl(tmp_path, framework, controlle
     assert ("NCCL_DEBUG" in env) == captured
     if captured:
         assert env["NCCL_DEBUG"] == "INFO"
-        assert env["NCCL_DEBUG_FILE"] == str(tmp_path.resolve() / "nccl" / "nccl.%h.%p.log")
-        assert (tmp_path / "nccl").is_dir()
+        assert env["NCCL_DEBUG_FILE"] == str(tmp_path.resolve() / "nccl.%h.%p.log")
+    assert list(tmp_path.iterdir()) == []  # nothing written (a dry run must write nothing)
 
 
 def test_nccl_env_keeps_the_callers_settings_and_can_be_turned_off(tmp_path):
@@ -32,12 +32,11 @@ def test_nccl_env_keeps_the_callers_settings_and_can_be_turned_off(tmp_path):
 
 
 def test_run_capture_lists_logs_and_knobs(tmp_path):
-    (tmp_path / "nccl").mkdir()
-    (tmp_path / "nccl" / "nccl.h.1.log").write_text("h:1:1 [0] NCCL INFO x\n")
-    (tmp_path / "nccl" / "nccl.h.2.log").write_text("")  # a process that printed nothing
-    cap = commpath.run_capture(tmp_path, {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "OMPI_MCA_btl": "self,vader",
+    (tmp_path / "nccl.h.1.log").write_text("h:1:1 [0] NCCL INFO x\n")
+    (tmp_path / "nccl.h.2.log").write_text("")  # a process that printed nothing
+    cap = commpath.run_capture(tmp_path, {"NCCL_IB_DISABLE": "1", "OMPI_MCA_btl": "self,vader",
                                           "HOROVOD_FUSION_THRESHOLD": "1048576"})
-    assert cap["nccl_logs"] == ["nccl/nccl.h.1.log"]
+    assert cap["nccl_logs"] == ["nccl.h.1.log"] and cap["nccl_debug"] == "INFO"
     assert cap["nccl_env"] == {"NCCL_IB_DISABLE": "1"}
     assert cap["mpi_env"] == {"OMPI_MCA_btl": "self,vader"}
     assert cap["horovod_knobs"]["HOROVOD_FUSION_THRESHOLD"] == "1048576"
