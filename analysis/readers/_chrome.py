@@ -392,6 +392,33 @@ class TraceLayout:
     metadata: dict | None  # top-level keys other than traceEvents (object container)
 
 
+class _Text:
+    """The file's text as one reusable ``bytearray``, extended block by block."""
+
+    def __init__(self, path: Path, block_bytes: int, damage: Damage) -> None:
+        self.blocks = iter_blocks(path, block_bytes=block_bytes, damage=damage)
+        self.buf = bytearray()
+        self.eof = False
+
+    def more(self) -> bool:
+        """Append the next block (in place: the buffer is reused, not rebuilt)."""
+        if self.eof:
+            return False
+        try:
+            self.buf.extend(next(self.blocks))
+        except StopIteration:
+            self.eof = True
+            return False
+        return True
+
+    def skip_ws(self, pos: int) -> int:
+        """The first non-whitespace position at or after ``pos``, reading more as needed."""
+        pos = _skip_ws(self.buf, pos)
+        while pos >= len(self.buf) and self.more():
+            pos = _skip_ws(self.buf, pos)
+        return pos
+
+
 def read_events(
     path: Path,
     *,
@@ -406,82 +433,77 @@ def read_events(
     """
     damage = decoder.damage
     block_bytes = block_bytes or BLOCK_BYTES
-    blocks = iter_blocks(path, block_bytes=block_bytes, damage=damage)
-    buf = bytearray()
-    eof = False
-
-    def more() -> bool:
-        nonlocal eof
-        if eof:
-            return False
-        try:
-            nxt = next(blocks)
-        except StopIteration:
-            eof = True
-            return False
-        buf.extend(nxt)  # in place: the buffer is reused, not rebuilt
-        return True
-
-    more()
-    pos = _skip_ws(buf, 0)
-    if buf[pos : pos + 3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark
-        pos = _skip_ws(buf, pos + 3)
-    while pos >= len(buf) and more():
-        pos = _skip_ws(buf, pos)
-    if pos >= len(buf):
+    text = _Text(path, block_bytes, damage)
+    text.more()
+    pos = _skip_ws(text.buf, 0)
+    if text.buf[pos : pos + 3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark
+        pos += 3
+    pos = text.skip_ws(pos)
+    if pos >= len(text.buf):
         raise ReadError(path, "file holds only whitespace, no JSON")
-    first = buf[pos]
-    header = b""
-    if first == 0x5B:  # "["
-        container = "array"
-        pos += 1
-    elif first == 0x7B:  # "{"
+    if text.buf[pos] == 0x5B:  # "["
+        container, header, pos = "array", b"", pos + 1
+    elif text.buf[pos] == 0x7B:  # "{"
         container = "object"
-        key = -1
-        while True:
-            key = buf.find(b'"traceEvents"', pos)
-            if key >= 0 or not more():
-                break
-        if key < 0:
-            try:
-                meta = msgspec.json.decode(buf)
-            except (msgspec.DecodeError, UnicodeDecodeError):
-                raise ReadError(path, "a JSON object without a 'traceEvents' array (and not "
-                                "valid JSON either)") from None
-            if not isinstance(meta, dict):
-                raise ReadError(path, "not a JSON object")
-            raise ReadError(path, "JSON object has no 'traceEvents' key: not a Chrome trace")
-        header = bytes(buf[:key])
-        p = _skip_ws(buf, key + len(b'"traceEvents"'))
-        while p >= len(buf) and more():
-            p = _skip_ws(buf, p)
-        if p < len(buf) and buf[p] == 0x3A:  # ":"
-            p = _skip_ws(buf, p + 1)
-            while p >= len(buf) and more():
-                p = _skip_ws(buf, p)
-        if p >= len(buf):
+        header, pos = _find_events(path, text, pos)
+        if pos < 0:
             damage.notes.append("the file ends before the traceEvents array starts")
             return TraceLayout(container, _decode_meta(header, b"}", damage))
-        if buf[p] != 0x5B:
-            raise ReadError(path, "'traceEvents' is not a JSON array")
-        pos = p + 1
     else:
-        raise ReadError(path, f"not JSON trace data (starts with {bytes(buf[pos:pos + 20])!r})")
+        raise ReadError(path, "not JSON trace data "
+                        f"(starts with {bytes(text.buf[pos:pos + 20])!r})")
+    pos = _decode_chunks(text, pos, decoder, on_chunk, block_bytes)
+    with memoryview(text.buf) as mv:
+        rest = bytes(mv[pos:])
+    text.buf.clear()
+    return TraceLayout(container, _finish(rest, 0, container, header, decoder, on_chunk))
 
-    # Main loop: buf[pos:] starts at a record (or whitespace before one), and buf[pos - 1]
-    # is the "[" or "," before it (overwritten during an in-place decode).
+
+def _find_events(path: Path, text: _Text, pos: int) -> tuple[bytes, int]:
+    """``(header, position after the "[")`` of an object's ``traceEvents`` array; the
+    position is -1 when the file ends before the array starts."""
+    buf = text.buf
+    while (key := buf.find(b'"traceEvents"', pos)) < 0 and text.more():
+        pass
+    if key < 0:
+        try:
+            meta = msgspec.json.decode(buf)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            raise ReadError(path, "a JSON object without a 'traceEvents' array (and not "
+                            "valid JSON either)") from None
+        if not isinstance(meta, dict):
+            raise ReadError(path, "not a JSON object")
+        raise ReadError(path, "JSON object has no 'traceEvents' key: not a Chrome trace")
+    header = bytes(buf[:key])
+    p = text.skip_ws(key + len(b'"traceEvents"'))
+    if p < len(buf) and buf[p] == 0x3A:  # ":"
+        p = text.skip_ws(p + 1)
+    if p >= len(buf):
+        return header, -1
+    if buf[p] != 0x5B:
+        raise ReadError(path, "'traceEvents' is not a JSON array")
+    return header, p + 1
+
+
+def _decode_chunks(text: _Text, pos: int, decoder: ChunkDecoder,
+                   on_chunk: Callable[[list, bytes], None], block_bytes: int) -> int:
+    """Decode the records from ``pos`` on, chunk by chunk, up to the end of the text; returns
+    where the undecoded rest (the last chunk and the end of the file) begins."""
+    buf = text.buf
+    # buf[pos:] starts at a record (or whitespace before one), and buf[pos - 1] is the "["
+    # or "," before it (overwritten during an in-place decode).
     while True:
         # decode once half a block or more is buffered: a chunk is at most about 1.5 blocks
         # and what stays behind is the start of one record (little to move)
-        if not eof and len(buf) - pos < block_bytes // 2:
-            more()
+        if not text.eof and len(buf) - pos < block_bytes // 2:
+            text.more()
             continue
-        if eof:
-            break
+        if text.eof:
+            return pos
         cut = _last_boundary(buf, pos, len(buf))
         if cut < 0:
-            if not more():
-                break
+            if not text.more():
+                return pos
             continue
         if decoder.window(buf, pos, cut, on_chunk):
             used = cut - pos
@@ -501,12 +523,6 @@ def read_events(
         # deleting a bytearray's prefix is cheap (no copy of the rest)
         del buf[: nxt - 1]
         pos = 1
-
-    with memoryview(buf) as mv:
-        rest = bytes(mv[pos:])
-    buf.clear()
-    tail_meta = _finish(rest, 0, container, header, decoder, on_chunk)
-    return TraceLayout(container, tail_meta)
 
 
 def _decode_meta(header: bytes, rest: bytes, damage: Damage) -> dict | None:
