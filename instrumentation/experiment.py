@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from instrumentation import commpath
 from instrumentation.manifest import slurm_env, write_json_atomic
 from instrumentation.recorder import closed_status, trace_path
 
@@ -254,6 +255,7 @@ def run_env(
     sample_interval: float | None = None,
     base: dict[str, str] | None = None,
     mark_cycles: bool = False,
+    nccl_debug: bool = True,
 ) -> dict[str, str]:
     """The environment of a run: ``base`` (default ``os.environ``) plus the SCALESCOPE_* contract.
 
@@ -283,7 +285,9 @@ def run_env(
     if spec.controller == "mpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    return env
+    # NCCL_DEBUG=INFO into <run>/nccl.<host>.<pid>.log for NCCL and Horovod runs (--no-nccl-debug: off)
+    return commpath.nccl_env(env, run_dir, framework=spec.framework, controller=spec.controller,
+                             enabled=nccl_debug)
 
 
 # ---------------------------------------------------------------------------------------
@@ -393,6 +397,9 @@ def finalize_run(
     if not manifest.get("end_time"):
         manifest["end_time"] = now()
     run_dir.mkdir(parents=True, exist_ok=True)
+    # what the communication used: NCCL logs and knobs, and this node's interconnect facts
+    manifest["comm_capture"] = {**commpath.run_capture(run_dir, os.environ),
+                                "node": commpath.node_info_once(run_dir.parent)}
     write_json_atomic(path, manifest)
     entry = {"run_id": spec.run_id, "status": status, "exit_code": exit_code,
              "config": spec.config(experiment=experiment), "wall_s": None if wall_s is None else round(wall_s, 3),

@@ -52,6 +52,7 @@ class LocalOptions:
     timeout_s: float | None = None
     sample_interval: float | None = None
     mark_cycles: bool = False
+    nccl_debug: bool = True
     wrappers: Sequence[RankWrapper] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
     after_run: Callable[[Path, RunSpec], None] | None = None
@@ -133,7 +134,7 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
     set_aside(run_dir, exp.out)
     cmd = launch_command(spec, rank_command(spec, resolved, run_dir, wrappers=opts.wrappers))
     env = {**run_env(spec, run_dir, experiment=exp.name, sample_interval=opts.sample_interval,
-                     mark_cycles=opts.mark_cycles), **opts.extra_env}
+                     mark_cycles=opts.mark_cycles, nccl_debug=opts.nccl_debug), **opts.extra_env}
     started = now()
     exp.set({**exp.entries[spec.run_id], "status": "running", "start_time": started, "command": cmd})
     progress.start(spec.run_id)

@@ -195,7 +195,8 @@ def render_script(spec, *, script: Sequence[str], out: Path, experiment: str, ar
                  cpus_per_node=args.cpus_per_node or DEFAULT_CPUS_PER_NODE)
     run_dir = Path(out) / spec.run_id
     env = run_env(spec, run_dir, experiment=experiment, base={},
-                  mark_cycles=getattr(args, "timeline_cycles", False))
+                  mark_cycles=getattr(args, "timeline_cycles", False),
+                  nccl_debug=not getattr(args, "no_nccl_debug", False))
     for key in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
         env.pop(key, None)  # compute nodes do not run jobs as root
     rank_cmd = rank_command(spec, resolve_script(script, python=python), run_dir, wrappers=wrappers)

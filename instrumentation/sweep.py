@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeline-cycles", action="store_true",
                         help="mark Horovod's background cycles (CYCLE_START) in its timeline: one per ~1 ms "
                              "cycle, so files grow about 20x")
+    parser.add_argument("--no-nccl-debug", action="store_true",
+                        help="do not set NCCL_DEBUG=INFO for NCCL and Horovod runs (by default each rank's NCCL "
+                             "lines go to <run>/nccl.<host>.<pid>.log and run.json's comm_capture)")
     parser.add_argument("--sample-interval", type=float, default=None, metavar="S",
                         help="sampler period passed as SCALESCOPE_SAMPLE_INTERVAL")
     parser.add_argument("--dry-run", action="store_true",
@@ -186,7 +189,8 @@ def _run_local(plan: list[RunSpec], *, script: list[str], out: Path, args: argpa
             profilers.record_profilers(run_dir, profilers.profiler_manifest(args, run_dir=run_dir, spec=spec))
 
     opts = local.LocalOptions(timeout_s=args.timeout, sample_interval=args.sample_interval,
-                              mark_cycles=args.timeline_cycles, wrappers=wrappers, extra_env=profiler_env,
+                              mark_cycles=args.timeline_cycles, nccl_debug=not args.no_nccl_debug,
+                              wrappers=wrappers, extra_env=profiler_env,
                               after_run=after_run)
     if args.dry_run:
         local.dry_run(plan, script=script, out=out, opts=opts)
