@@ -459,6 +459,24 @@ def read_events(
     return TraceLayout(container, _finish(rest, 0, container, header, decoder, on_chunk))
 
 
+def stream(path: Path, decode: Callable[[bytes], list], on_records: Callable[[list, Any], None],
+           damage: Damage, *, repair: Callable[[bytes], Any] | None = None) -> TraceLayout:
+    """:func:`read_events` with a :class:`ChunkDecoder` of ``decode`` (and ``repair``): each
+    chunk's records go to ``on_records(records, chunk_bytes)``, without the records that
+    did not convert (None), which are dropped and counted in ``damage``."""
+
+    def on_chunk(recs: list, body: Any) -> None:
+        n_bad = recs.count(None)
+        if n_bad:
+            damage.bad_records += n_bad
+            recs = [r for r in recs if r is not None]
+        if recs:
+            on_records(recs, body)
+
+    decoder = ChunkDecoder(decode, repair=repair, damage=damage)
+    return read_events(path, decoder=decoder, on_chunk=on_chunk)
+
+
 def _find_events(path: Path, text: _Text, pos: int) -> tuple[bytes, int]:
     """``(header, position after the "[")`` of an object's ``traceEvents`` array; the
     position is -1 when the file ends before the array starts."""

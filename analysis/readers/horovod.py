@@ -371,7 +371,7 @@ class _Stream:
         self.benign_pids: set[int] = set()
         self.rows = _assembly.Assembler(_GROUPS)  # the output rows, and sparse "bytes"
 
-    def add(self, recs: list) -> None:
+    def add(self, recs: list, body: object = None) -> None:
         base = self.n
         self.n += len(recs)
         ph, odd = _chrome.phase_codes(recs)
@@ -592,17 +592,7 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     run_id = run_id if run_id is not None else default_run_id(path)
     damage = _chrome.Damage()
     state = _Stream(damage)
-
-    def on_chunk(recs: list, body) -> None:
-        n_bad = recs.count(None)
-        if n_bad:
-            damage.bad_records += n_bad
-            recs = [r for r in recs if r is not None]
-        if recs:
-            state.add(recs)
-
-    decoder = _chrome.ChunkDecoder(_decode, repair=_repair, damage=damage)
-    layout = _chrome.read_events(path, decoder=decoder, on_chunk=on_chunk)
+    layout = _chrome.stream(path, _decode, state.add, damage, repair=_repair)
     if layout.container != "array":
         from analysis.errors import ReadError
 

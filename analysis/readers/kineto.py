@@ -211,10 +211,6 @@ class _State:
         self.negative = 0
 
     def add(self, recs: list, body: bytes) -> None:
-        n_bad = recs.count(None)
-        if n_bad:
-            self.damage.bad_records += n_bad
-            recs = [r for r in recs if r is not None]
         keep = [e for e in recs if e.ph in _KEEP]
         if len(keep) != len(recs):
             for e in recs:
@@ -377,8 +373,7 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     run_id = run_id if run_id is not None else default_run_id(path)
     damage = _chrome.Damage()
     state = _State(damage)
-    decoder = _chrome.ChunkDecoder(_decode, damage=damage)
-    layout = _chrome.read_events(path, decoder=decoder, on_chunk=state.add)
+    layout = _chrome.stream(path, _decode, state.add, damage)
     df = _build(state, layout.metadata, path, run_id)
     damage.warn(path, stacklevel=3)
     return df

@@ -135,28 +135,9 @@ def _load_records(path: Path) -> tuple[list, int, bool]:
     raise ReadError(path, "not valid JSON and no complete record could be recovered")
 
 
-def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
-    recs, dropped, closed = _load_records(path)
-    clock = next((r.get("args") for r in recs if isinstance(r, dict)
-                  and r.get("name") == "scalescope_clock" and r.get("ph") == "M"), None)
-    if not isinstance(clock, dict):
-        raise ReadError(path, "no scalescope_clock metadata record: not a scalescope trace "
-                        "(or cut off before its header)")
-    version = clock.get("format_version", 1)
-    if not isinstance(version, int) or version > TRACE_VERSION:
-        raise ReadError(path, f"trace format_version {version!r} is newer than this reader "
-                        f"understands ({TRACE_VERSION}); upgrade scalescope")
-    end = next((r.get("args") for r in recs if isinstance(r, dict)
-                and r.get("name") == "scalescope_end"), None)
-    if not closed or dropped:
-        warnings.warn(
-            f"{path}: trace is not terminated (the rank did not finish cleanly, e.g. it was "
-            f"killed); {dropped:,} byte(s) of a half-written last record were dropped, "
-            f"{sum(1 for r in recs if isinstance(r, dict) and r.get('ph') != 'M'):,} "
-            "complete event(s) kept",
-            RecoveryWarning,
-            stacklevel=3,
-        )
+def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, int]]:
+    """The event columns of a trace's records (one value per X or instant record), and
+    how many records of other types were skipped, by type."""
     cols: dict[str, list] = {k: [] for k in (
         "tid", "name", "kind", "cat", "start_ns", "dur_ns", "step", "epoch", "bytes", "tensor")}
     skipped: dict[str, int] = {}
@@ -193,6 +174,32 @@ def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
         cols["bytes"].append(args.get("bytes"))
         bucket = args.get("bucket")
         cols["tensor"].append(None if bucket is None or kind != "comm" else f"bucket{bucket}")
+    return cols, skipped
+
+
+def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
+    recs, dropped, closed = _load_records(path)
+    clock = next((r.get("args") for r in recs if isinstance(r, dict)
+                  and r.get("name") == "scalescope_clock" and r.get("ph") == "M"), None)
+    if not isinstance(clock, dict):
+        raise ReadError(path, "no scalescope_clock metadata record: not a scalescope trace "
+                        "(or cut off before its header)")
+    version = clock.get("format_version", 1)
+    if not isinstance(version, int) or version > TRACE_VERSION:
+        raise ReadError(path, f"trace format_version {version!r} is newer than this reader "
+                        f"understands ({TRACE_VERSION}); upgrade scalescope")
+    end = next((r.get("args") for r in recs if isinstance(r, dict)
+                and r.get("name") == "scalescope_end"), None)
+    if not closed or dropped:
+        warnings.warn(
+            f"{path}: trace is not terminated (the rank did not finish cleanly, e.g. it was "
+            f"killed); {dropped:,} byte(s) of a half-written last record were dropped, "
+            f"{sum(1 for r in recs if isinstance(r, dict) and r.get('ph') != 'M'):,} "
+            "complete event(s) kept",
+            RecoveryWarning,
+            stacklevel=3,
+        )
+    cols, skipped = _event_columns(recs, path)
     if skipped:
         warnings.warn(
             f"{path}: ignored {sum(skipped.values())} record(s) of types scalescope does not "
@@ -391,22 +398,49 @@ def read_run_dir(
     run_id = run_id or manifest.get("run_id") or run_dir.name
     offsets = _offsets(manifest)
     ranks = {int(r["rank"]): r for r in manifest.get("ranks") or [] if "rank" in r}
-    frames: list[pd.DataFrame] = []
     if kind == "samples":
-        hosts = ((manifest.get("sampler") or {}).get("hosts")) or {}
-        for f in sorted(run_dir.glob("samples-*.csv")):
-            df = read_samples(f, run_id=run_id)
-            host = next((h for h, s in hosts.items() if s.get("file") == f.name), None)
-            rank = hosts[host].get("rank") if host is not None else None
-            if rank is not None and offsets.get(int(rank)):
-                df["ts_ns"] = df["ts_ns"] + offsets[int(rank)]
-            frames.append(df)
-        if not frames:
-            return schema.empty_samples()
-        return schema.validate_samples(schema.concat(frames))
+        return _read_run_samples(run_dir, manifest, run_id, offsets)
     if kind != "events":
         raise ValueError(f"kind must be 'events' or 'samples', not {kind!r}")
-    seen = set()
+    frames, seen = _read_rank_traces(run_dir, run_id, offsets, ranks)
+    missing = sorted(set(ranks) - seen)
+    if missing:
+        warnings.warn(f"{run_dir}: no trace for rank(s) {missing} listed in run.json",
+                      RecoveryWarning, stacklevel=2)
+    timeline = run_dir / "horovod_timeline.json"
+    if timeline.exists():
+        for tl in _read_timeline(timeline, run_id):
+            frames.append(_fill_hosts(tl, ranks))
+    if include_profilers:
+        frames.extend(_read_profilers(run_dir, run_id, offsets, ranks))
+    if not frames:
+        return schema.empty_events()
+    out = schema.concat(frames)
+    return schema.validate_events(out)
+
+
+def _read_run_samples(run_dir: Path, manifest: dict, run_id: str,
+                      offsets: dict[int, int]) -> pd.DataFrame:
+    """Every node sampler's ``samples-*.csv`` of a run directory, on rank 0's clock."""
+    frames = []
+    hosts = ((manifest.get("sampler") or {}).get("hosts")) or {}
+    for f in sorted(run_dir.glob("samples-*.csv")):
+        df = read_samples(f, run_id=run_id)
+        host = next((h for h, s in hosts.items() if s.get("file") == f.name), None)
+        rank = hosts[host].get("rank") if host is not None else None
+        if rank is not None and offsets.get(int(rank)):
+            df["ts_ns"] = df["ts_ns"] + offsets[int(rank)]
+        frames.append(df)
+    if not frames:
+        return schema.empty_samples()
+    return schema.validate_samples(schema.concat(frames))
+
+
+def _read_rank_traces(run_dir: Path, run_id: str, offsets: dict[int, int],
+                      ranks: dict[int, dict]) -> tuple[list[pd.DataFrame], set[int]]:
+    """Every rank's trace of a run directory on rank 0's clock, with the manifest's host,
+    local rank and device; and the ranks seen."""
+    frames, seen = [], set()
     for f in _trace_files(run_dir):
         df, info = _parse_trace(f, run_id)
         rank = int(info["clock"].get("rank", 0))
@@ -422,20 +456,7 @@ def read_run_dir(
             if r.get("device") is not None:
                 df["device"] = pd.array([int(r["device"])] * len(df), dtype="Int16")
         frames.append(df)
-    missing = sorted(set(ranks) - seen)
-    if missing:
-        warnings.warn(f"{run_dir}: no trace for rank(s) {missing} listed in run.json",
-                      RecoveryWarning, stacklevel=2)
-    timeline = run_dir / "horovod_timeline.json"
-    if timeline.exists():
-        for tl in _read_timeline(timeline, run_id):
-            frames.append(_fill_hosts(tl, ranks))
-    if include_profilers:
-        frames.extend(_read_profilers(run_dir, run_id, offsets, ranks))
-    if not frames:
-        return schema.empty_events()
-    out = schema.concat(frames)
-    return schema.validate_events(out)
+    return frames, seen
 
 
 def _read_profilers(run_dir: Path, run_id: str, offsets: dict[int, int],
