@@ -73,6 +73,38 @@ def test_torchrun_ddp_gloo_with_comm_hook(tmp_path):
     assert set(comm["cat"]) == {"ddp_hook"}
     assert (comm.groupby(["rank", "step"])["bytes"].sum() == 6928).all()  # 1732 float32 grads
     assert sorted(comm["step"].unique()) == list(range(EPOCHS * STEPS))
+    assert comm.groupby(["rank", "step"]).size().max() >= 2  # several buckets (after the first step's rebuild)
+    _check_ddp_wait(res["events"], EPOCHS * STEPS)
+
+
+def _check_ddp_wait(ev, n_syncs: int) -> None:
+    """DDP's wait: one `sync` phase per rank and synchronising step, from the last bucket's
+    launch to after every bucket completed, and the breakdown counts it as exposed sync."""
+    import analysis.metrics as M
+
+    comm = ev[ev["kind"] == "comm"]
+    sync = ev[(ev["kind"] == "phase") & (ev["name"] == "sync")]
+    assert len(sync) == 2 * n_syncs
+    for (rank, step), c in comm.groupby(["rank", "step"]):
+        (s,) = sync[(sync["rank"] == rank) & (sync["step"] == step)].itertuples()
+        assert s.start_ns >= c["start_ns"].max() - 1_000  # last bucket ready (µs rounding)
+        assert s.start_ns + s.dur_ns >= (c["start_ns"] + c["dur_ns"]).max() - 1_000
+    b = M.time_breakdown(ev, level="rank", warmup=0)
+    assert (b["sync_exposed_s"] > 0).all() and (b["sync_total_s"] >= b["sync_exposed_s"]).all()
+
+
+def test_torchrun_ddp_gradient_accumulation_no_sync(tmp_path):
+    run_dir = tmp_path / "ddp-acc"
+    out = _run([str(BIN / "torchrun"), "--nproc-per-node", "2", str(SCRIPT), "--framework", "ddp",
+                "--run-dir", str(run_dir), "--epochs", str(EPOCHS), "--steps", "4", "--accumulate", "2"],
+               child_env())
+    assert out.stdout.count("PARAMS_EQUAL True") == 2, out.stdout
+    ev = analysis.read_many(run_dir)
+    ours = ev[ev["source"] == "scalescope_trace"]
+    # a step is two micro-batches (the optimizer step closes it); only the second synchronises
+    assert (ours[ours["rank"] == 0]["name"] == "step").sum() == EPOCHS * 2
+    assert (ours[ours["rank"] == 0]["name"] == "backward").sum() == EPOCHS * 4
+    _check_ddp_wait(ours, EPOCHS * 2)
 
 
 def _horovod_or_skip() -> None:
@@ -100,6 +132,29 @@ def test_horovodrun_gloo_dynamic_timeline(tmp_path):
     assert b"CYCLE_START" in (run_dir / "horovod_timeline.json").read_bytes()
     ours = res["events"][res["events"]["source"] == "scalescope_trace"]
     assert (ours["name"] == "sync").sum() == 2 * EPOCHS * STEPS
+
+
+def test_horovodrun_plain_step_records_sync_in_optimizer(tmp_path):
+    _horovod_or_skip()
+    import analysis.metrics as M
+
+    run_dir = tmp_path / "hvd-auto"
+    _run([str(BIN / "horovodrun"), "-np", "2", "--gloo", sys.executable, str(SCRIPT), "--framework", "horovod",
+          "--plain-step", "--run-dir", str(run_dir), "--epochs", str(EPOCHS), "--steps", str(STEPS)], child_env())
+    ev = analysis.read_many(run_dir)
+    ours = ev[ev["source"] == "scalescope_trace"]
+    for rank in (0, 1):
+        r = ours[ours["rank"] == rank]
+        sync, opt = r[r["name"] == "sync"], r[r["name"] == "optimizer"]
+        assert len(sync) == len(opt) == EPOCHS * STEPS
+        # step() synchronised itself: each sync lies inside that step's optimizer phase
+        m = sync.merge(opt, on="step", suffixes=("", "_opt"))
+        assert (m["start_ns"] >= m["start_ns_opt"]).all()
+        assert (m["start_ns"] + m["dur_ns"] <= m["start_ns_opt"] + m["dur_ns_opt"]).all()
+        hv = r[(r["kind"] == "comm") & (r["cat"] == "hvd_hook")]
+        assert sorted(hv["step"]) == list(range(EPOCHS * STEPS))  # one in-flight record per step
+    b = M.time_breakdown(ours, level="rank", warmup=0)
+    assert (b["sync_exposed_s"] > 0).all() and (b["sync_total_s"] >= b["sync_exposed_s"]).all()
 
 
 def test_horovodrun_mpi_launcher_timeline(tmp_path):

@@ -6,12 +6,16 @@
 
 DDP uses the automatic API (``instrument``: hooks, optimizer wrap, recording comm hook) and
 then trains an identical DDP model *without* the hook and checks that both end with equal
-parameters ("PARAMS_EQUAL True"). Horovod and none use the explicit phase API.
+parameters ("PARAMS_EQUAL True"); ``--accumulate K`` accumulates gradients over K
+micro-batches under ``no_sync()``. Horovod and none use the explicit phase API; Horovod with
+``--plain-step`` uses ``instrument`` and a plain ``optimizer.step()`` (no explicit
+``synchronize()``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import sys
@@ -28,6 +32,8 @@ p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--steps", type=int, default=4)
 p.add_argument("--batch-size", type=int, default=8)
 p.add_argument("--sample-interval", type=float, default=0.05)
+p.add_argument("--accumulate", type=int, default=1, help="DDP: micro-batches per optimizer step")
+p.add_argument("--plain-step", action="store_true", help="Horovod: instrument() and a plain optimizer.step()")
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -73,26 +79,29 @@ if args.framework == "ddp":
     # small buckets so that the tiny model still has several gradient buckets
     model = DDP(model, bucket_cap_mb=0.002)
     loader = ssi.instrument(model, opt, data)
+
+    def micro_step(m, o, i, x, y) -> float:
+        """One micro-batch; gradients are synchronised and applied every ``accumulate``."""
+        syncs = (i + 1) % args.accumulate == 0
+        with m.no_sync() if not syncs else contextlib.nullcontext():
+            loss = loss_fn(m(x), y)
+            loss.backward()
+        if syncs:
+            o.step()  # wrapped on the instrumented model: `optimizer` phase, then step_end()
+            o.zero_grad()
+        return float(loss)
+
     for epoch in range(args.epochs):
         ssi.epoch_start(epoch)
-        total = 0.0
-        for x, y in loader:
-            out = model(x)
-            loss = loss_fn(out, y)
-            loss.backward()
-            opt.step()  # wrapped: `optimizer` phase, then step_end()
-            opt.zero_grad()
-            total += float(loss)
+        total = sum(micro_step(model, opt, i, x, y) for i, (x, y) in enumerate(loader))
         ssi.epoch_end(epoch, samples=args.steps * args.batch_size, train_loss=total / args.steps)
     ssi.finish()
     # Same training without the comm hook: parameters must be identical.
     ref = DDP(make_model(), bucket_cap_mb=0.002)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     for _epoch in range(args.epochs):
-        for x, y in data:
-            loss_fn(ref(x), y).backward()
-            ref_opt.step()
-            ref_opt.zero_grad()
+        for i, (x, y) in enumerate(data):
+            micro_step(ref, ref_opt, i, x, y)
     equal = all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters(), strict=True))
     print(f"rank {rank} PARAMS_EQUAL {equal}", flush=True)
     # Free the DDP models (their reducers hold the gloo process group) before destroying it:
@@ -107,6 +116,18 @@ if args.framework == "ddp":
 if hvd is not None:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+if hvd is not None and args.plain_step:
+    loader = ssi.instrument(model, opt, data)
+    for epoch in range(args.epochs):
+        ssi.epoch_start(epoch)
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+            opt.step()  # synchronises itself: `sync` nested in `optimizer`
+            opt.zero_grad()
+        ssi.epoch_end(epoch, samples=args.steps * args.batch_size)
+    ssi.finish()
+    print(f"rank {rank} DONE {os.getpid()}", flush=True)
+    sys.exit(0)
 for epoch in range(args.epochs):
     ssi.epoch_start(epoch)
     total = 0.0
