@@ -123,6 +123,20 @@ def drain(*columns: list[np.ndarray]) -> Iterator[tuple[np.ndarray, ...]]:
     release_freed_memory()
 
 
+def gather(blocks: Iterable[slice], where: Callable[[slice], np.ndarray],
+           *columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``columns`` at the rows where ``where(block)`` (a mask of the block's rows) holds,
+    gathered block by block: beyond the results, only a block's temporaries are made."""
+    parts: list[list[np.ndarray]] = [[] for _ in columns]
+    for b in blocks:
+        w = where(b)
+        if w.any():
+            for part, col in zip(parts, columns, strict=True):
+                part.append(col[b][w])
+    return tuple(np.concatenate(p) if p else np.zeros(0, dtype=c.dtype)
+                 for p, c in zip(parts, columns, strict=True))
+
+
 def concat_pieces(pieces: list[np.ndarray], dtype) -> np.ndarray:
     """One array from a piece list, freeing the pieces as they are copied."""
     out = np.empty(sum(p.size for p in pieces), dtype=dtype)

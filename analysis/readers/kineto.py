@@ -92,23 +92,11 @@ CPP_TYPE_BYTES = {
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "memcpy", "memset"}
 _CAT_KIND = {
-    "kernel": "compute",
-    "gpu_memcpy": "memcpy",
-    "memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "memset": "memset",
-    "cuda_runtime": "runtime",
-    "cuda_driver": "runtime",
-    "runtime": "runtime",
-    "driver": "runtime",
-    "cuda_sync": "sync_wait",
-    "cpu_op": "cpu_op",
-    "operator": "cpu_op",
-    "user_annotation": "range",
-    "gpu_user_annotation": "range",
-    "python_function": "other",
-    "cpu_instant_event": "marker",
-    "collective_comm": "comm",
+    "kernel": "compute", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset",
+    "memset": "memset", "cuda_runtime": "runtime", "cuda_driver": "runtime",
+    "runtime": "runtime", "driver": "runtime", "cuda_sync": "sync_wait", "cpu_op": "cpu_op",
+    "operator": "cpu_op", "user_annotation": "range", "gpu_user_annotation": "range",
+    "python_function": "other", "cpu_instant_event": "marker", "collective_comm": "comm",
 }
 _HOST_COLLECTIVE = re.compile(r"^(c10d::|record_param_comms$|nccl:|gloo:|mpi:|ucc:)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -188,8 +176,8 @@ _decode = _chrome.lenient(_LIST_DECODER, _Event, drop=("args",),
 
 class _State:
     """Turns each chunk of records into rows of the frame straight away (pieces of an
-    :class:`_assembly.Assembler`): times, name/category codes, the ``kind`` of each row
-    (:class:`_Kinds`), ids, and sparse byte counts and ``stream N`` track ids."""
+    :class:`_assembly.Assembler`): times, name/category codes, the ``kind`` of each row,
+    ids, and sparse byte counts and ``stream N`` track ids."""
 
     def __init__(self, damage: _chrome.Damage) -> None:
         self.damage = damage
@@ -203,9 +191,7 @@ class _State:
                   _KIND["cpu_op"]),
             kernel=(lambda x: str(x).lower() == "kernel", bool, False),
             host_op=(lambda x: str(x).lower() in ("cpu_op", "operator", "user_annotation"),
-                     bool, False),
-            annot=(lambda x: str(x).lower() in ("user_annotation", "cpu_op", "operator"),
-                   bool, False))
+                     bool, False))
         self.skipped_unknown: dict[str, int] = {}
         self.unnamed = 0
         self.negative = 0
@@ -298,8 +284,9 @@ class _State:
         is_coll = name["nccl"][nm]
         is_coll[coll] = True
         k[cat["kernel"][ct] & is_coll] = _KIND["comm"]
-        k[cat["host_op"][ct] & name["host_coll"][nm]] = _KIND["comm"]
-        k[cat["annot"][ct] & name["data"][nm]] = _KIND["data"]
+        host_op = cat["host_op"][ct]
+        k[host_op & name["host_coll"][nm]] = _KIND["comm"]
+        k[host_op & name["data"][nm]] = _KIND["data"]
         k[inst] = _KIND["marker"]
         return k
 
@@ -498,17 +485,11 @@ def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: 
         step_na[b][where] = False
 
     # the ProfilerStep ranges on the host, already in time order
-    s_start, s_end, s_n = [], [], []
-    for b in blocks:
-        sn = step_of[name_codes[b]]
-        is_step = (sn >= 0) & ~gpu_of[cat_codes[b]]
-        if is_step.any():
-            t = start[b][is_step]
-            s_start.append(t)
-            s_end.append(t + dur[b][is_step])
-            s_n.append(sn[is_step])
-    if s_start:
-        s_start_a, s_end_a, s_n_a = (np.concatenate(x) for x in (s_start, s_end, s_n))
+    s_start_a, s_dur, s_name = _assembly.gather(
+        blocks, lambda b: (step_of[name_codes[b]] >= 0) & ~gpu_of[cat_codes[b]],
+        start, dur, name_codes)
+    if s_start_a.size:
+        s_end_a, s_n_a = s_start_a + s_dur, step_of[s_name]
         for b in blocks:
             t = start[b]
             j = np.searchsorted(s_start_a, t, side="right") - 1
@@ -517,16 +498,9 @@ def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: 
             where = np.flatnonzero(inside)
             put(b, where, s_n_a[jc[where]])
         # GPU rows: the step of the runtime call that launched them (by correlation id)
-        rt_corr, rt_step = [], []
-        for b in blocks:
-            rt = runtime_of[cat_codes[b]] & ~corr_na[b] & ~step_na[b]
-            if rt.any():
-                rt_corr.append(corr[b][rt])
-                rt_step.append(step[b][rt])
-        if rt_corr:
-            keys = np.concatenate(rt_corr)
-            vals = np.concatenate(rt_step)
-            del rt_corr, rt_step
+        keys, vals = _assembly.gather(
+            blocks, lambda b: runtime_of[cat_codes[b]] & ~corr_na[b] & ~step_na[b], corr, step)
+        if keys.size:
             o = np.argsort(keys, kind="stable")
             keys, vals = keys[o], vals[o]
             first = np.ones(keys.size, dtype=bool)
