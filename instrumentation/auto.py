@@ -392,12 +392,16 @@ def horovod_comm_hook(optimizer: Any) -> bool:
             out = sync(*args, **kwargs)
             t0, state["t0"] = state["t0"], None
             if t0 is not None:
+                t1 = _ph.now()
                 n, state["n"] = state["n"], 0
-                if not getattr(optimizer, "_scalescope_hvd_named", False):
-                    optimizer._scalescope_hvd_named = True
-                    _ph.name_track(HOROVOD_TID, "horovod allreduce in flight")
-                _ph.record("comm", "allreduce", t0, _ph.now(), step=state["step"], epoch=state["epoch"],
-                           tid=HOROVOD_TID, args={"hook": "horovod", "tensors": n})
+                try:
+                    if not getattr(optimizer, "_scalescope_hvd_named", False):
+                        optimizer._scalescope_hvd_named = True
+                        _ph.name_track(HOROVOD_TID, "horovod allreduce in flight")
+                    _ph.record("comm", "allreduce", t0, t1, step=state["step"], epoch=state["epoch"],
+                               tid=HOROVOD_TID, args={"hook": "horovod", "tensors": n})
+                except Exception as exc:
+                    warn_once("horovod-hook-record", f"Horovod allreduce recording failed: {exc!r}")
             return out
 
         optimizer.synchronize = synchronize
