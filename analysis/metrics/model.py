@@ -25,10 +25,11 @@ def fit_alpha_beta(points: pd.DataFrame, *, bytes_per_sync: float, x: str = "n_r
     Parameters
     ----------
     points
-        One row per measurement: rank count ``x`` and sync time ``y`` (s), e.g. each run's
-        ``sync_mean_s`` from :func:`analysis.metrics.sync.sync_cost` renamed, or
-        :func:`analysis.metrics.sync.sync_times` joined with ``n_ranks``. Rows with N < 2
-        are ignored (no communication).
+        One row per measurement: rank count ``x`` and sync time ``y`` (s): ``sync_total``
+        per synchronisation (``docs/metrics.md``), e.g. each run's ``sync_mean_s`` from
+        :func:`analysis.metrics.sync.sync_cost` renamed, or
+        :func:`analysis.metrics.sync.sync_times` joined with ``n_ranks`` and
+        ``y="sync_total_s"``. Rows with N < 2 are ignored (no communication).
     bytes_per_sync
         Bytes reduced per synchronisation (gradient size: ``n_params`` × 4 for float32).
     alpha_s
