@@ -169,7 +169,8 @@ def plot_scaling_loss(loss: pd.DataFrame, *, by: Sequence[str] = ("config_backen
     fig.update_layout(title=title, barmode="overlay", bargap=0.15)
     fig.update_xaxes(title_text="configuration: ideal → causes of the gap → measured", tickangle=-40)
     fig.update_yaxes(title_text="time per step (ms)", rangemode="tozero")
-    fig = apply_theme(fig, width=max(800, 420 * len(rows)), height=640)
+    fig = apply_theme(fig, width=min(1200, max(800, 200 * len(rows) + 300)), height=640)
+    fig.update_traces(textfont_size=10)
     fig.update_layout(margin={"b": 200}, showlegend=False)  # the axis names every bar
     return fig
 
