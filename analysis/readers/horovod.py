@@ -56,6 +56,7 @@ Notes
 from __future__ import annotations
 
 import re
+from collections import Counter
 from operator import attrgetter
 from pathlib import Path
 
@@ -161,7 +162,8 @@ def _match_compact(is_b: np.ndarray, pid: np.ndarray):
 
     Returns ``(b_pos, e_pos, level, n_open_b)`` (positions into the inputs, pairs in B
     order), or None when some E arrives with nothing open on its pid (the caller then runs
-    the reference loop, which knows about Horovod's benign stray E records).
+    the reference loop :func:`_match_loop_compact`, which knows about Horovod's benign
+    stray E records).
     """
     empty = np.zeros(0, dtype=np.int64)
     if is_b.size == 0:
@@ -204,59 +206,20 @@ def _match_compact(is_b: np.ndarray, pid: np.ndarray):
     return b_pos[o3], e_pos[o3], lev[o3], n_open
 
 
-def match_spans(is_b: np.ndarray, is_e: np.ndarray, pid: np.ndarray,
-                benign_after: np.ndarray | None = None) -> tuple[
-    np.ndarray, np.ndarray, np.ndarray, int, int
-]:
-    """Match B/E records per pid with a stack (E closes the innermost open B on its pid).
-
-    Parameters
-    ----------
-    is_b, is_e
-        Boolean masks over records in file order.
-    pid
-        int64 pid per record (only read where ``is_b | is_e``).
-    benign_after
-        Optional mask of B records after whose span Horovod writes one stray E: a
-        ``NEGOTIATE_BARRIER``/``NEGOTIATE_JOIN`` span is followed by the E that
-        ``Timeline::End`` writes for the response, although barrier and join responses get no
-        top-level B (seen in every real Horovod 0.28.1 timeline with a barrier). Such an E is
-        dropped without being counted as unmatched.
-
-    Returns
-    -------
-    tuple
-        ``(b_index, e_index, level, n_unmatched_b, n_unmatched_e)``: record indices of each
-        matched pair, the pair's nesting level (1 = outermost), and the counts of B left
-        open and E with nothing open.
-    """
-    idx = np.flatnonzero(is_b | is_e)
-    res = _match_compact(is_b[idx], pid[idx])
-    if res is None:
-        return _match_spans_loop(is_b, is_e, pid, benign_after)
-    b_pos, e_pos, level, n_open = res
-    n_e = int(idx.size - is_b[idx].sum())
-    return idx[b_pos], idx[e_pos], level.astype(np.int64), n_open, n_e - b_pos.size
-
-
-def _match_spans_loop(is_b, is_e, pid, benign_after=None):
-    """Reference stack matcher (used when an E arrives with nothing open on its pid):
-    :func:`_match_loop_compact` over the B/E records, with :func:`match_spans`'s result."""
-    idx = np.flatnonzero(is_b | is_e)
-    benign = (np.asarray(benign_after)[idx] if benign_after is not None
-              else np.zeros(idx.size, dtype=bool))
-    b_pos, e_pos, level, open_pos, bad_e = _match_loop_compact(is_b[idx], pid[idx], benign,
-                                                               set())
-    return idx[b_pos], idx[e_pos], level, open_pos.size, bad_e
-
-
 def _match_loop_compact(is_b: np.ndarray, pid: np.ndarray, benign: np.ndarray,
                         benign_pids: set[int]):
-    """:func:`_match_spans_loop` over B/E records only, with state carried between chunks.
+    """Reference stack matcher over B/E records (``is_b`` False = E) in file order, used
+    when an E arrives with nothing open on its pid; state is carried between chunks.
 
-    ``benign_pids`` holds the pids whose last closed span was a barrier/join negotiation
-    that has not yet been followed by its stray E; it is updated in place. Returns
-    ``(b_pos, e_pos, level, open_pos, n_bad_e)``.
+    ``benign`` marks the B records after whose span Horovod writes one stray E: a
+    ``NEGOTIATE_BARRIER``/``NEGOTIATE_JOIN`` span is followed by the E that
+    ``Timeline::End`` writes for the response, although barrier and join responses get no
+    top-level B (every real Horovod 0.28.1 timeline with a barrier). Such an E is dropped
+    without being counted as unmatched. ``benign_pids`` holds the pids whose last closed
+    span was such a negotiation not yet followed by its stray E; it is updated in place.
+    Returns ``(b_pos, e_pos, level, open_pos, n_bad_e)``: the pairs in B order with their
+    nesting level (1 = outermost), the B records left open and the count of E records
+    with nothing open.
     """
     stacks: dict[int, list[int]] = {}
     bs, es, lv = [], [], []
@@ -354,17 +317,11 @@ class _Stream:
             benign=(lambda c: str(c) in ("NEGOTIATE_BARRIER", "NEGOTIATE_JOIN"), bool, False),
             rank=(_tick_rank, np.int32, -1))
         self.n = 0
-        self.inexact = 0
-        self.big_pid = False
+        self.count: Counter[str] = Counter()  # what was dropped or repaired (see _NOTES)
+        self.bad_ph_names: set[str] = set()
         self.tensors: dict[int, str] = {}
         self.epoch_us: int | None = None
         self.bytes_cache: dict[tuple, int | None] = {}
-        self.bad_ph = 0
-        self.bad_ph_names: set[str] = set()
-        self.missing_ts = 0
-        self.no_pid = 0
-        self.bad_e = 0
-        self.neg_dur = 0
         # B records open at the end of the last chunk: record number, pid, ns, name code
         self.open = {"rec": np.zeros(0, dtype=np.int64), "pid": np.zeros(0, dtype=np.int64),
                      "ts": np.zeros(0, dtype=np.int64), "name": np.zeros(0, dtype=np.int32)}
@@ -381,10 +338,10 @@ class _Stream:
         has_ts = ~np.isnan(ts)
         ts_ns, inexact = _chrome.us_to_ns(np.where(has_ts, ts, 0.0))
         del ts
-        self.inexact += int(inexact.sum())
+        self.count["inexact"] += int(inexact.sum())
         pid = np.array([e.pid for e in recs], dtype=np.int64)
         if pid.size and pid.max() >= 2**31:
-            self.big_pid = True
+            self.count["big_pid"] += 1
             pid[pid >= 2**31] = -1
         pid_ok = pid >= 0
         payload = self._args(recs, ph)
@@ -392,7 +349,7 @@ class _Stream:
         # B/E matching, with the B records carried open from earlier chunks
         is_b = ph == _PH_B
         be_any = is_b | (ph == _PH_E)
-        self.no_pid += int((be_any & ~pid_ok).sum())
+        self.count["no_pid"] += int((be_any & ~pid_ok).sum())
         be = np.flatnonzero(be_any & has_ts & pid_ok)
         new = {"rec": base + be, "pid": pid[be], "ts": ts_ns[be], "name": names[be]}
         closed, still_open, kept = self._match(is_b[be], new, be, ts_ns, payload)
@@ -415,10 +372,10 @@ class _Stream:
 
         known = np.isin(ph, _PH_KNOWN)
         if not known.all():
-            self.bad_ph += int((~known).sum())
+            self.count["bad_ph"] += int((~known).sum())
             self.bad_ph_names.update(chr(c) for c in np.unique(ph[~known]).tolist()
                                      if c != _chrome.PH_ODD)
-        self.missing_ts += int((known & (ph != _PH_M) & ~has_ts).sum())
+        self.count["missing_ts"] += int((known & (ph != _PH_M) & ~has_ts).sum())
 
     def _match(self, is_b: np.ndarray, new: dict, be: np.ndarray, ts_ns: np.ndarray,
                payload: tuple[np.ndarray, np.ndarray]) -> tuple[dict, dict, dict]:
@@ -437,7 +394,7 @@ class _Stream:
             benign = comb_b & benign_of[comb["name"]]
             b_pos, e_pos, level, open_pos, bad = _match_loop_compact(comb_b, comb["pid"], benign,
                                                                      self.benign_pids)
-            self.bad_e += bad
+            self.count["bad_e"] += bad
         else:
             b_pos, e_pos, level, _ = res
             still = comb_b.copy()
@@ -460,7 +417,7 @@ class _Stream:
         dur = end - start
         neg = dur < 0
         if neg.any():
-            self.neg_dur += int(neg.sum())
+            self.count["neg_dur"] += int(neg.sum())
             dur = np.maximum(dur, 0)
         a_pos, a_val = payload
         if a_pos.size:  # kept sparse: only op spans have one
@@ -602,32 +559,26 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     return df
 
 
+#: The notes of the file's warning, in order: a count of :attr:`_Stream.count` and its text.
+_NOTES = (
+    ("big_pid", "pid values beyond 2**31 were treated as missing"),
+    ("inexact", "{} timestamp(s) had a fraction of a µs beyond float64 precision "
+                "(Horovod writes integer µs); rounded"),
+    ("open_b", "{} B record(s) had no matching E (still open at the end) and were dropped"),
+    ("bad_e", "{} E record(s) had no open B on their pid and were dropped"),
+    ("no_pid", "{} B/E record(s) without a pid were dropped"),
+    ("neg_dur", "{} span(s) ended before they began; their duration was set to 0"),
+    ("bad_ph", "{} record(s) of unsupported phase(s) {names} were skipped"),
+    ("missing_ts", "{} record(s) without a ts were dropped"),
+)
+
+
 def _damage_notes(st: _Stream) -> None:
     """Describe in the file's warning what the streaming state dropped or repaired."""
-    damage = st.damage
-    if st.big_pid:
-        damage.notes.append("pid values beyond 2**31 were treated as missing")
-    if st.inexact:
-        damage.notes.append(
-            f"{st.inexact} timestamp(s) had a fraction of a µs beyond float64 precision "
-            "(Horovod writes integer µs); rounded"
-        )
-    open_b = st.open["rec"].size
-    if open_b:
-        damage.notes.append(f"{open_b} B record(s) had no matching E (still open at the end) "
-                            "and were dropped")
-    if st.bad_e:
-        damage.notes.append(f"{st.bad_e} E record(s) had no open B on their pid and were dropped")
-    if st.no_pid:
-        damage.notes.append(f"{st.no_pid} B/E record(s) without a pid were dropped")
-    if st.neg_dur:
-        damage.notes.append(f"{st.neg_dur} span(s) ended before they began; "
-                            "their duration was set to 0")
-    if st.bad_ph:
-        damage.notes.append(f"{st.bad_ph} record(s) of unsupported phase(s) "
-                            f"{sorted(st.bad_ph_names)} were skipped")
-    if st.missing_ts:
-        damage.notes.append(f"{st.missing_ts} record(s) without a ts were dropped")
+    st.count["open_b"] = st.open["rec"].size
+    for key, text in _NOTES:
+        if st.count[key]:
+            st.damage.notes.append(text.format(st.count[key], names=sorted(st.bad_ph_names)))
 
 
 def _tick_rank(name: str | None) -> int:
