@@ -107,7 +107,6 @@ _LIST_DECODER = msgspec.json.Decoder(list[_Event])
 _get_args = attrgetter("args")
 _get_dtype = attrgetter("dtype")
 _get_shape = attrgetter("shape")
-_MISSING = object()
 
 
 # --------------------------------------------------------------------------------------
@@ -467,14 +466,10 @@ class _Stream:
         del args
         # one payload per distinct (dtype, shape): the same few keys repeat every cycle
         cache = self.bytes_cache
-        keys = list(zip(map(_get_dtype, sel), map(_get_shape, sel), strict=True))
-        vals = [cache.get(k, _MISSING) for k in keys]
-        if _MISSING in vals:
-            for j, k in enumerate(keys):
-                if vals[j] is _MISSING:
-                    if len(cache) >= _BYTES_CACHE_MAX:
-                        cache.clear()
-                    vals[j] = cache[k] = _bytes_of(*k)
+        if len(cache) >= _BYTES_CACHE_MAX:  # bounded, whatever a file holds
+            cache.clear()
+        keys = zip(map(_get_dtype, sel), map(_get_shape, sel), strict=True)
+        vals = [cache[k] if k in cache else cache.setdefault(k, _bytes_of(*k)) for k in keys]
         ok = np.array([v is not None for v in vals], dtype=bool)
         return rest[ok], np.array([v for v in vals if v is not None], dtype=np.int64)
 
