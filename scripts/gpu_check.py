@@ -192,6 +192,10 @@ def _read_run(run_dir: Path) -> dict:
                      "network": sorted(df.loc[df["record"] == "network", "net"].dropna().unique().tolist()),
                      "warn": df.loc[df["record"] == "warn", "text"].tolist()[:5]})
     res["nccl_logs"] = nccl
+    from analysis.metrics.commpath import run_comm_path
+
+    res["comm_path"] = run_comm_path(run_dir, manifest)
+    res["comm_capture_logs"] = (manifest.get("comm_capture") or {}).get("nccl_logs")
     return res
 
 
@@ -241,16 +245,32 @@ def _find_nsys() -> str | None:
         return shutil.which("nsys")
 
 
+#: nsys binaries that ship inside other NVIDIA tools (Nsight Compute bundles one), tried last.
+BUNDLED_NSYS = ("/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",)
+
+
 def step_nsys(out: Path, *, samples: int) -> dict:
+    import glob
+
     nsys = _find_nsys()
+    env = dict(os.environ)
+    bundled = None
     if not nsys:
-        return {"status": "skipped", "reason": "no nsys binary (PATH, CUDA toolkit, Nsight Systems install dirs)"}
+        bundled = next((p for pat in BUNDLED_NSYS for p in sorted(glob.glob(pat)) if os.access(p, os.X_OK)), None)
+        if bundled is None:
+            return {"status": "skipped", "reason": "no nsys binary (PATH, CUDA toolkit, Nsight Systems install dirs)"}
+        nsys = bundled  # the sweep finds it on PATH
+        env["PATH"] = f"{Path(bundled).parent}{os.pathsep}{env.get('PATH', '')}"
     exp = out / "nsys"
     cmd = [sys.executable, "-m", "instrumentation.sweep", "--np", "1", "--backend", "", "--baseline", "--nsys",
            "--timeout", "150", "--out", str(exp), "--", sys.executable, "examples/strain_stress.py", "--device",
            "cuda", "--epochs", "1", "--samples", str(samples), "--data-dir", str(out / "data")]
-    rc, text = _sh(cmd, timeout=240, log=out / "nsys.log")
-    res: dict = {"nsys": nsys, "rc": rc}
+    rc, text = _sh(cmd, timeout=240, env=env, log=out / "nsys.log")
+    res: dict = {"nsys": nsys, "bundled_with_another_tool": bundled is not None, "rc": rc}
+    res["files"] = sorted(str(p.relative_to(exp)) for p in exp.glob("*/nsys/*"))
+    logs = sorted(exp.glob("*/stderr.log"))
+    if logs:
+        res["run_stderr_tail"] = logs[0].read_text(errors="replace")[-1500:]
     runs = sorted(exp.glob("*/run.json")) if exp.is_dir() else []
     if runs:
         try:
@@ -265,25 +285,37 @@ def step_nsys(out: Path, *, samples: int) -> dict:
 
 
 def step_bench(out: Path, *, gpus: int) -> dict:
-    from analysis import cli
+    """bench-allreduce over NCCL (and Gloo on CUDA tensors) at 1 rank, 2 when two GPUs exist;
+    the alpha-beta fit needs 2 or more ranks, so on one GPU it is recorded as not possible."""
+    from analysis import bench
+    from analysis.errors import ScalescopeError
 
-    if "bench-allreduce" not in cli.build_parser()._subparsers._group_actions[0].choices:
-        return {"status": "skipped", "reason": "this checkout has no `scalescope bench-allreduce`"}
     exp = out / "bench"
     nps = "1,2" if gpus >= 2 else "1"
-    cmd = [sys.executable, "-m", "analysis.cli", "bench-allreduce", "--np", nps, "--backend", "nccl",
-           "--device", "cuda", "--out", str(exp), "--repeats", "5", "--max-bytes", str(256 << 20)]
+    cmd = [sys.executable, "-m", "instrumentation.bench_allreduce", "--np", nps, "--backend", "nccl,gloo",
+           "--device", "cuda", "--out", str(exp), "--repeats", "5", "--timeout", "300"]
     rc, text = _sh(cmd, timeout=420, log=out / "bench.log")
-    res: dict = {"rc": rc, "tail": text[-2500:]}
+    res: dict = {"rc": rc}
     f = exp / "allreduce.csv"
     if f.exists():
         import pandas as pd
 
         df = pd.read_csv(f)
         res["rows"] = len(df)
-        big = df[df["bytes"] == df["bytes"].max()]
-        res["largest"] = big.groupby(["backend", "n_ranks"])["time_s"].median().to_dict().__repr__()
+        med = df.groupby(["backend", "n_ranks", "bytes", "size_label"], as_index=False)["time_s"].median()
+        keep = med[med["size_label"].ne("sweep") | med["bytes"].isin([4, 1 << 20, 256 << 20])]
+        res["median_time_s"] = keep.to_dict("records")
+        try:
+            res["fit"] = bench.summarize(exp)["fit"].to_dict("records")
+        except ScalescopeError as exc:
+            res["fit"] = f"not possible: {exc}"
+        info = json.loads((exp / "bench.json").read_text())
+        res["launches"] = [{k: x.get(k) for k in ("backend", "np", "status", "wall_s", "log_tail")}
+                           for x in info["launches"]]
+        res["nccl_logs"] = sorted(str(p.relative_to(exp)) for p in exp.glob("*/nccl.*.log"))
     res["status"] = "ok" if rc == 0 and f.exists() else "failed"
+    if res["status"] != "ok":
+        res["tail"] = text[-2500:]
     return res
 
 
