@@ -287,6 +287,9 @@ _BYTES_CACHE_MAX = 1 << 16
 #: Row groups, in storage order: spans (rec, name, top, start, dur, pid), readiness ticks
 #: (name, rank, start, pid), other X records and instants (name, start, pid).
 _GROUPS = ("spans", "ticks", "other", "inst")
+_KIND = {k: np.int8(i) for i, k in enumerate(KINDS)}  # kind codes, in KINDS order
+_CAT = {c: np.int8(i) for i, c in enumerate(
+    ["negotiate", "op", "activity", "rank_ready", "cycle", "instant"])}
 
 
 def _take(table: dict[str, np.ndarray], which: np.ndarray) -> dict[str, np.ndarray]:
@@ -314,7 +317,9 @@ class _Stream:
         self.names = _assembly.Categories(
             neg=(lambda c: str(c).startswith("NEGOTIATE"), bool, False),
             benign=(lambda c: str(c) in ("NEGOTIATE_BARRIER", "NEGOTIATE_JOIN"), bool, False),
-            rank=(_tick_rank, np.int32, -1))
+            rank=(_tick_rank, np.int32, -1),
+            act_kind=(lambda c: _KIND[_activity_kind(str(c))], np.int8, _KIND["other"]),
+            cycle=(lambda c: str(c) == "CYCLE_START", bool, False))
         self.n = 0
         self.count: Counter[str] = Counter()  # what was dropped or repaired (see _NOTES)
         self.bad_ph_names: set[str] = set()
@@ -592,23 +597,24 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
     and instants: the order of matching the whole file at once."""
     _damage_notes(st)
     rows = st.rows
-    cats = [str(c) for c in st.names.index]
-    names = rows.codes("name", cats, negative=("NEGOTIATE", "<unnamed>"))
+    names = rows.codes("name", [str(c) for c in st.names.index],
+                       negative=("NEGOTIATE", "<unnamed>"))
     start = rows.order("start", tie_key="rec",
                        offset=st.epoch_us * 1000 if st.epoch_us is not None else 0)
     dur = rows.empty(np.int64)
     rows.place(dur, "spans", ("dur",))
     rows.fill(dur, ("ticks", "other", "inst"), 0)
-    rule = _Rules(cats, st.names.props["neg"])
+    props = st.names.props
     name, kind, cat = rows.empty(names.dtype), rows.empty(np.int8), rows.empty(np.int8)
     rows.place((name, kind, cat), "spans", ("name", "top"),
-               lambda x, top: (names(x), *rule.span(x, top)))
+               lambda x, top: (names(x), *_span_kind_cat(props, x, top)))
     rows.place(name, "ticks", ("name",), names)
-    rows.fill((kind, cat), "ticks", (rule.kind["marker"], rule.cat["rank_ready"]))
-    rows.place((name, kind), "other", ("name",), lambda x: (names(x), rule.act_kind[x]))
-    rows.fill(cat, "other", rule.cat["activity"])
-    rows.place((name, cat), "inst", ("name",), lambda x: (names(x), rule.instant_cat(x)))
-    rows.fill(kind, "inst", rule.kind["marker"])
+    rows.fill((kind, cat), "ticks", (_KIND["marker"], _CAT["rank_ready"]))
+    rows.place((name, kind), "other", ("name",), lambda x: (names(x), props["act_kind"][x]))
+    rows.fill(cat, "other", _CAT["activity"])
+    rows.place((name, cat), "inst", ("name",), lambda x: (
+        names(x), np.where(props["cycle"][x], _CAT["cycle"], _CAT["instant"])))
+    rows.fill(kind, "inst", _KIND["marker"])
     rank = rows.empty(np.int32)
     rows.place(rank, "ticks", ("rank",))
     rows.fill(rank, ("spans", "other", "inst"), 0)
@@ -623,8 +629,8 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
         run_id=run_id,
         rank=pd.arrays.IntegerArray(rank, np.zeros(rank.size, dtype=bool)),
         name=_assembly.categorical(name, names.kept),
-        kind=_assembly.from_codes(kind, rule.kinds, inplace=True),
-        cat=_assembly.from_codes(cat, rule.cats, inplace=True),
+        kind=_assembly.from_codes(kind, list(_KIND), inplace=True),
+        cat=_assembly.from_codes(cat, list(_CAT), inplace=True),
         start_ns=start,
         dur_ns=dur,
         bytes=pd.arrays.IntegerArray(nbytes, nbytes_na),
@@ -633,32 +639,12 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
     )
 
 
-_KINDS = list(KINDS)
-_CATS = ["negotiate", "op", "activity", "rank_ready", "cycle", "instant"]
-
-
-class _Rules:
-    """``kind`` and ``cat`` codes of rows from their name codes (into ``cats``; code -1,
-    no name, is served by a trailing slot)."""
-
-    def __init__(self, cats: list[str], neg_of: np.ndarray) -> None:
-        self.kinds, self.cats = _KINDS, _CATS
-        self.kind = {k: np.int8(i) for i, k in enumerate(_KINDS)}
-        self.cat = {c: np.int8(i) for i, c in enumerate(_CATS)}
-        self.neg_of = neg_of
-        self.act_kind = np.array([self.kinds.index(_activity_kind(c)) for c in cats]
-                                 + [self.kinds.index("other")], dtype=np.int8)
-        self.cycle = np.array([c == "CYCLE_START" for c in cats] + [False], dtype=bool)
-
-    def span(self, x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A span is a negotiation, a top-level op (``comm``) or an activity."""
-        neg = self.neg_of[x]
-        k, c = self.kind, self.cat
-        return (np.where(neg, k["negotiate"], np.where(top, k["comm"], self.act_kind[x])),
-                np.where(neg, c["negotiate"], np.where(top, c["op"], c["activity"])))
-
-    def instant_cat(self, x: np.ndarray) -> np.ndarray:
-        return np.where(self.cycle[x], self.cat["cycle"], self.cat["instant"])
+def _span_kind_cat(props: dict, x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``kind`` and ``cat`` codes of spans (name codes ``x``): a negotiation, a top-level
+    op (``comm``) or an activity."""
+    neg = props["neg"][x]
+    return (np.where(neg, _KIND["negotiate"], np.where(top, _KIND["comm"], props["act_kind"][x])),
+            np.where(neg, _CAT["negotiate"], np.where(top, _CAT["op"], _CAT["activity"])))
 
 
 def dedupe_fused(df: pd.DataFrame) -> pd.DataFrame:
