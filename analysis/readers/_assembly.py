@@ -643,6 +643,11 @@ class Assembler:
             self.place(out, g, (name,), fn)
         return out
 
+    def nullable(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, missing-mask)`` in time order of a stored int64 column ``name`` whose
+        mask is stored as ``name + "_na"``."""
+        return self.column(name, np.int64), self.column(name + "_na", bool)
+
     def sparse(self, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
         """``(values, missing-mask)`` in time order of the sparse column ``name``: the rows
         no value was given for are missing, and their values are never made resident."""

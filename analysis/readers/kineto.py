@@ -53,10 +53,8 @@ two share one); ``ProfilerStep#N`` rows on the GPU get N from their name.
 
 Time: ``start_ns`` = ``baseTimeNanoseconds`` + round(ts x 1000) when the trace has a base
 (Kineto >= 2024), else round(ts x 1000) (older traces: ts is epoch µs). ``displayTimeUnit``
-is a display hint only. Fractional µs are kept to the ns exactly: values are decoded as
-float64 and converted with :func:`analysis.readers._chrome.us_to_ns`, exact below 2**43 µs
-(~101 days); a chunk holding a fractional value above that is decoded again with the numbers
-kept as text.
+is a display hint only. Fractional µs are kept to the ns exactly, at any size
+(:func:`analysis.readers._chrome.event_times`).
 """
 
 from __future__ import annotations
@@ -245,34 +243,26 @@ class _State:
     def _sparse(self, keep: list, args: list, base: int) -> np.ndarray:
         """Stores the chunk's byte counts (sparse: record_shapes sizes first, then explicit
         counts, so that those win); returns the chunk positions of collective records."""
-        b_rows: list[int] = []
-        b_vals: list[int] = []
-        s_rows: list[int] = []
-        s_vals: list[int] = []
+        counted: list[tuple[int, Any]] = []  # (chunk position, bytes)
+        shaped: list[tuple[int, Any]] = []
         coll: list[int] = []
         for i, a in enumerate(args):
             if a is _NO_ARGS:
                 continue
-            if a.nbytes is not None and type(a.nbytes) is int and _I64_MIN <= a.nbytes <= _I64_MAX:
-                b_rows.append(base + i)
-                b_vals.append(a.nbytes)
+            if type(a.nbytes) is int:
+                counted.append((i, a.nbytes))
             if a.collective is not None:
                 coll.append(i)
             if a.in_nelems is not None:
-                nb = _collective_bytes(a.in_nelems, a.dtype)
-                if nb is not None and _I64_MIN <= nb <= _I64_MAX:
-                    b_rows.append(base + i)
-                    b_vals.append(nb)
-            elif a.input_dims:
-                nm = keep[i].name
-                if isinstance(nm, str) and _HOST_COLLECTIVE.match(nm):
-                    nb = _shape_bytes(bytes(a.input_dims), bytes(a.input_type))
-                    if nb is not None and _I64_MIN <= nb <= _I64_MAX:
-                        s_rows.append(base + i)
-                        s_vals.append(nb)
-        if b_rows or s_rows:  # arrays, not Python tuples: nothing small outlives the chunk
-            self.rows.add_sparse("bytes", np.array(s_rows + b_rows, dtype=np.int64),
-                                 np.array(s_vals + b_vals, dtype=np.int64))
+                counted.append((i, _collective_bytes(a.in_nelems, a.dtype)))
+            elif a.input_dims and isinstance(keep[i].name, str) and _HOST_COLLECTIVE.match(
+                    keep[i].name):
+                shaped.append((i, _shape_bytes(bytes(a.input_dims), bytes(a.input_type))))
+        found = [(base + i, b) for i, b in shaped + counted
+                 if b is not None and _I64_MIN <= b <= _I64_MAX]
+        if found:  # arrays, not Python tuples: nothing small outlives the chunk
+            rows, values = np.array(found, dtype=np.int64).T
+            self.rows.add_sparse("bytes", rows, values)
         return np.array(coll, dtype=np.int64)
 
     def _kind(self, nm: np.ndarray, ct: np.ndarray, inst: np.ndarray,
@@ -396,21 +386,20 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
                           dtype=bool)
     step_of = np.array([int(m.group(1)) if (m := _STEP.match(x)) else -1 for x in names.kept]
                        + [-1], dtype=np.int64)
-    corr = rows.column("corr", np.int64)
-    corr_na = rows.column("corr_na", bool)
+    corr, corr_na = rows.nullable("corr")
     step, step_na = _steps(rows.blocks(), start, dur, name, cat, corr, corr_na,
                            gpu_of, runtime_of, step_of, damage)
     nbytes, nbytes_na = rows.sparse("bytes", np.int64)
-    pid, pid_na, device = _device(rows, cat, gpu_of, damage)
-    tid, tid_na, stream, stream_na = _stream(rows, cat, gpu_of)
+    pid, device = _device(rows, cat, gpu_of, damage)
+    tid, stream = _stream(rows, cat, gpu_of)
     return rows.events(
         run_id=run_id,
         rank=_rank_from(meta, path),
         host=host if isinstance(host, str) else None,
-        pid=pd.arrays.IntegerArray(pid, pid_na),
-        tid=pd.arrays.IntegerArray(tid, tid_na),
+        pid=pid,
+        tid=tid,
         device=device,
-        stream=pd.arrays.IntegerArray(stream, stream_na),
+        stream=stream,
         name=_assembly.categorical(name, names.kept),
         kind=_assembly.from_codes(kind, _KIND_NAMES, inplace=True),
         cat=_assembly.categorical(cat, cats.kept),
@@ -425,26 +414,23 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
 
 def _device(rows: _assembly.Assembler, cat: np.ndarray, gpu_of: np.ndarray,
             damage: _chrome.Damage):
-    """``(pid, pid_na, device)``: GPU rows carry their trace pid as the device, host rows
-    as the pid."""
-    pid = rows.column("pid", np.int64)
-    pid_na = rows.column("pid_na", bool)
+    """``(pid, device)``: GPU rows carry their trace pid as the device, host rows as the
+    pid."""
+    pid, pid_na = rows.nullable("pid")
     device_na = np.empty(pid.size, dtype=bool)
     for b in rows.blocks():
         gpu = gpu_of[cat[b]]
         device_na[b] = ~gpu | pid_na[b]
         pid_na[b] |= gpu
-    return pid, pid_na, _assembly.masked(pid, device_na, "Int16", damage=damage,
-                                         column="device")
+    return (pd.arrays.IntegerArray(pid, pid_na),
+            _assembly.masked(pid, device_na, "Int16", damage=damage, column="device"))
 
 
 def _stream(rows: _assembly.Assembler, cat: np.ndarray, gpu_of: np.ndarray):
-    """``(tid, tid_na, stream, stream_na)``: GPU rows have a stream (``args.stream``, else
-    a ``stream N`` track's N, else the tid) and no tid; host rows a tid and no stream."""
-    tid = rows.column("tid", np.int64)
-    tid_na = rows.column("tid_na", bool)
-    stream = rows.column("stream", np.int64)
-    stream_na = rows.column("stream_na", bool)
+    """``(tid, stream)``: GPU rows have a stream (``args.stream``, else a ``stream N``
+    track's N, else the tid) and no tid; host rows a tid and no stream."""
+    tid, tid_na = rows.nullable("tid")
+    stream, stream_na = rows.nullable("stream")
     at, track = rows.sparse_rows("track")
     use = gpu_of[cat[at]] & stream_na[at]  # GPU rows on a "stream 7" track without args.stream
     stream[at[use]] = track[use]
@@ -455,7 +441,7 @@ def _stream(rows: _assembly.Assembler, cat: np.ndarray, gpu_of: np.ndarray):
         stream[b] = np.where(sn, tid[b], stream[b])  # no args.stream: the tid
         stream_na[b] = (sn & tid_na[b]) | ~gpu
         tid_na[b] |= gpu
-    return tid, tid_na, stream, stream_na
+    return pd.arrays.IntegerArray(tid, tid_na), pd.arrays.IntegerArray(stream, stream_na)
 
 
 def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: np.ndarray,
