@@ -59,6 +59,7 @@ is a display hint only. Fractional µs are kept to the ns exactly, at any size
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,7 @@ class _Event(msgspec.Struct, gc=False):
     pid: Any = None
     tid: Any = None
     # int | float keeps the int/float distinction: integer µs are exact at any size, a
-    # float at or above 2**43 µs may have lost its ns (see _needs_text)
+    # float at or above 2**43 µs may have lost its ns (see _chrome.event_times)
     ts: int | float | None = None
     dur: int | float | None = None
     args: _Args = _NO_ARGS
@@ -200,8 +201,6 @@ class _State:
             for e in recs:
                 if e.ph not in _KEEP and e.ph not in _NOT_EVENTS:
                     self.skipped_unknown[e.ph] = self.skipped_unknown.get(e.ph, 0) + 1
-        if not keep:
-            return
         keep, ts_ns, dur_ns = _chrome.event_times(keep, body, _KEEP, self.damage)
         if not keep:
             return
@@ -296,20 +295,10 @@ def _shape_bytes(dims_raw: bytes, types_raw: bytes) -> int | None:
         return None
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
-    total = 0
-    found = False
-    for d, t in zip(dims, types, strict=False):
-        if not isinstance(t, str) or not isinstance(d, list) or not d:
-            continue
-        size = CPP_TYPE_BYTES.get(t.lower())
-        if size is None or not all(type(x) is int and x >= 0 for x in d):
-            continue
-        n = 1
-        for x in d:
-            n *= x
-        total += n * size
-        found = True
-    return total if found else None
+    sizes = [math.prod(d) * CPP_TYPE_BYTES[t.lower()] for d, t in zip(dims, types, strict=False)
+             if isinstance(t, str) and isinstance(d, list) and d and t.lower() in CPP_TYPE_BYTES
+             and all(type(x) is int and x >= 0 for x in d)]
+    return sum(sizes) if sizes else None
 
 
 def _rank_from(meta: dict | None, path: Path) -> int | None:
@@ -390,8 +379,7 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
     step, step_na = _steps(rows.blocks(), start, dur, name, cat, corr, corr_na,
                            gpu_of, runtime_of, step_of, damage)
     nbytes, nbytes_na = rows.sparse("bytes", np.int64)
-    pid, device = _device(rows, cat, gpu_of, damage)
-    tid, stream = _stream(rows, cat, gpu_of)
+    pid, tid, device, stream = _ids(rows, cat, gpu_of, damage)
     return rows.events(
         run_id=run_id,
         rank=_rank_from(meta, path),
@@ -412,36 +400,30 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
     )
 
 
-def _device(rows: _assembly.Assembler, cat: np.ndarray, gpu_of: np.ndarray,
-            damage: _chrome.Damage):
-    """``(pid, device)``: GPU rows carry their trace pid as the device, host rows as the
-    pid."""
+def _ids(rows: _assembly.Assembler, cat: np.ndarray, gpu_of: np.ndarray,
+         damage: _chrome.Damage) -> tuple[Any, Any, Any, Any]:
+    """``(pid, tid, device, stream)``: GPU rows carry their trace pid as the device and a
+    stream (``args.stream``, else a ``stream N`` track's N, else the tid), and no pid or
+    tid; host rows a pid and a tid, and no device or stream."""
     pid, pid_na = rows.nullable("pid")
-    device_na = np.empty(pid.size, dtype=bool)
-    for b in rows.blocks():
-        gpu = gpu_of[cat[b]]
-        device_na[b] = ~gpu | pid_na[b]
-        pid_na[b] |= gpu
-    return (pd.arrays.IntegerArray(pid, pid_na),
-            _assembly.masked(pid, device_na, "Int16", damage=damage, column="device"))
-
-
-def _stream(rows: _assembly.Assembler, cat: np.ndarray, gpu_of: np.ndarray):
-    """``(tid, stream)``: GPU rows have a stream (``args.stream``, else a ``stream N``
-    track's N, else the tid) and no tid; host rows a tid and no stream."""
     tid, tid_na = rows.nullable("tid")
     stream, stream_na = rows.nullable("stream")
     at, track = rows.sparse_rows("track")
     use = gpu_of[cat[at]] & stream_na[at]  # GPU rows on a "stream 7" track without args.stream
     stream[at[use]] = track[use]
     stream_na[at[use]] = False
+    device_na = np.empty(pid.size, dtype=bool)
     for b in rows.blocks():
         gpu = gpu_of[cat[b]]
+        device_na[b] = ~gpu | pid_na[b]
+        pid_na[b] |= gpu
         sn = stream_na[b]
         stream[b] = np.where(sn, tid[b], stream[b])  # no args.stream: the tid
         stream_na[b] = (sn & tid_na[b]) | ~gpu
         tid_na[b] |= gpu
-    return pd.arrays.IntegerArray(tid, tid_na), pd.arrays.IntegerArray(stream, stream_na)
+    device = _assembly.masked(pid, device_na, "Int16", damage=damage, column="device")
+    return (pd.arrays.IntegerArray(pid, pid_na), pd.arrays.IntegerArray(tid, tid_na), device,
+            pd.arrays.IntegerArray(stream, stream_na))
 
 
 def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: np.ndarray,
@@ -487,11 +469,8 @@ def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: 
         keys, vals = _assembly.gather(
             blocks, lambda b: runtime_of[cat_codes[b]] & ~corr_na[b] & ~step_na[b], corr, step)
         if keys.size:
-            o = np.argsort(keys, kind="stable")
-            keys, vals = keys[o], vals[o]
-            first = np.ones(keys.size, dtype=bool)
-            first[1:] = keys[1:] != keys[:-1]
-            keys, vals = keys[first], vals[first]
+            keys, first = np.unique(keys, return_index=True)  # the earliest call per id
+            vals = vals[first]
             for b in blocks:
                 g = np.flatnonzero(gpu_of[cat_codes[b]] & ~corr_na[b])
                 if not g.size:
