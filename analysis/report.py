@@ -277,7 +277,34 @@ def _study_usage(ctx: _Context) -> Section:
     sec.figures.append(("device_usage", P.plot_device_usage(by_ranks, boundaries=M.node_boundaries(_runs(ctx)))))
     sec.tables.append(("device_usage", by_ranks, "Means over devices / processes / nodes and runs; *_jump is the "
                                                  "change where a node joins."))
+    paths = _comm_paths(_runs(ctx))
+    if len(paths):
+        sec.tables.append(("comm_path", paths, "The communication path of each backend and rank count (NCCL "
+                                               "transports per link class from its logs; Gloo/MPI from the manifest)."))
     return sec
+
+
+def _comm_paths(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (config_backend, n_ranks, n_nodes): the runs' comm_path(s) and warnings."""
+    if "comm_path" not in runs:
+        return pd.DataFrame()
+    keys = ["config_backend", "n_ranks", "n_nodes"]
+    r = runs[runs["comm_path"].notna()]
+
+    def join(s: pd.Series) -> str | None:
+        return "; ".join(sorted({str(x) for x in s.dropna()})) or None
+
+    return r.groupby(keys, dropna=False, sort=True).agg(comm_path=("comm_path", join),
+                                                       comm_warnings=("comm_warnings", join)).reset_index()
+
+
+def _with_comm_path(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    paths = _comm_paths(runs)
+    if paths.empty:
+        return table
+    keys = [k for k in ("config_backend", "n_ranks", "n_nodes") if k in table.columns]
+    paths = paths.astype({k: table[k].dtype for k in keys if k != "config_backend"}, errors="ignore")
+    return table.merge(paths[[*keys, "comm_path"]].drop_duplicates(keys), on=keys, how="left")
 
 
 def _study_backends(ctx: _Context) -> Section:
@@ -290,12 +317,13 @@ def _study_backends(ctx: _Context) -> Section:
         sync = _sync(ctx)
     except Skip:
         sync = None
-    t = M.backend_comparison(fw, sync=sync)
+    t = _with_comm_path(M.backend_comparison(fw, sync=sync), _runs(ctx))
     shared = t.groupby(["batch_size", "n_ranks", "n_nodes"], dropna=False)["config_backend"].transform("nunique")
     if (shared < 2).all():
         raise Skip("no configuration (batch size, ranks, nodes) was run with two backends")
     sec.figures.append(("backends", P.plot_backends(t)))
-    sec.tables.append(("backends", t, "relative_epoch_time = T / fastest T on the same configuration."))
+    sec.tables.append(("backends", t, "relative_epoch_time = T / fastest T on the same configuration; comm_path = "
+                                      "what the backend's communication used (NCCL logs, or the manifest)."))
     return sec
 
 
@@ -360,7 +388,35 @@ def _study_model(ctx: _Context) -> Section:
     sec.tables.append(("model_fit", w["fit"], f"{cfg.config_backend}; bytes per sync = n_params × 4 = "
                                               f"{cfg.bytes_per_sync:.0f}."))
     sec.tables.append(("model_prediction", w["prediction"], "Predicted at measured and unmeasured rank counts."))
+    _bench_models(ctx, sec)
     return sec
+
+
+def _bench_models(ctx: _Context, sec: Section) -> None:
+    """Tables of ``scalescope bench-allreduce --out <experiment>/bench`` when it was run."""
+    from analysis import bench
+    from analysis.metrics.model import sync_prediction_error
+
+    paths = ctx.rs.runs["path"].dropna()
+    dirs = sorted({Path(p).parent / "bench" for p in paths if (Path(p).parent / "bench" / "allreduce.csv").is_file()})
+    if not dirs:
+        sec.notes.append("No allreduce micro-benchmark (run `scalescope bench-allreduce --out <experiment>/bench`) "
+                         "for the ring and two-level models.")
+        return
+    tables = bench.summarize(dirs[0], write=False)
+    df = bench.read_bench(dirs[0])
+    sec.tables.append(("allreduce_fit", tables["fit"], "bench-allreduce: alpha and beta per backend and link class "
+                                                       "(95 % CIs)."))
+    sec.tables.append(("allreduce_models", tables["prediction"], "Gradient allreduce time by the flat ring and the "
+                                                                 "two-level model (model = the one used)."))
+    try:
+        err = sync_prediction_error(tables["fit"], _sync(ctx), _runs(ctx),
+                                    fit_rank_counts=sorted(int(n) for n in df["n_ranks"].unique()))
+    except Skip:
+        return
+    if len(err):
+        sec.tables.append(("allreduce_model_error", err, "Measured sync per step against the model "
+                                                        "(model = the one used); held_out = rank count not benchmarked."))
 
 
 def _study_stragglers(ctx: _Context) -> Section:
@@ -470,6 +526,8 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rs = RunSet.from_dirs(dirs)
+        for run_id, text in rs.runs[["run_id", "comm_warnings"]].dropna().itertuples(index=False):
+            warnings.warn(f"{run_id}: {text}", UserWarning, stacklevel=1)  # NCCL WARN lines, sockets despite IB
         events, events_error = None, None
         try:
             events = rs.events

@@ -459,8 +459,10 @@ def sync_prediction_error(links: pd.DataFrame, cost: pd.DataFrame, runs: pd.Data
     pandas.DataFrame
         One row per run with N >= 2 whose backend has a fit: ``run_id``,
         ``config_backend``, ``bench_backend``, ``n_ranks``, ``n_nodes``, ``model``,
-        ``bytes_per_sync``, ``sync_measured_s``, ``sync_pred_s``, ``error_frac``
-        ((pred - measured)/measured), ``held_out`` (bool).
+        ``bytes_per_sync``, ``sync_measured_s`` (the median sync_total per step),
+        ``sync_min_measured_s`` (its minimum: a step where no rank was waited for; NaN when
+        ``cost`` lacks ``sync_min_s``), ``sync_pred_s``, ``error_frac`` ((pred -
+        measured)/measured), ``held_out`` (bool).
 
     Notes
     -----
@@ -495,8 +497,10 @@ def sync_prediction_error(links: pd.DataFrame, cost: pd.DataFrame, runs: pd.Data
         meas = float(r.sync_median_s)
         rows.append({"run_id": r.run_id, "config_backend": r.config_backend, "bench_backend": bench_backend,
                      "n_ranks": int(r.n_ranks), "n_nodes": n_nodes, "model": pred["model"], "bytes_per_sync": nbytes,
-                     "sync_measured_s": meas, "sync_pred_s": float(pred["pred_s"]),
+                     "sync_measured_s": meas, "sync_min_measured_s": float(getattr(r, "sync_min_s", np.nan)),
+                     "sync_pred_s": float(pred["pred_s"]),
                      "error_frac": (float(pred["pred_s"]) - meas) / meas if meas > 0 else np.nan,
                      "held_out": int(r.n_ranks) not in held})
     return pd.DataFrame(rows, columns=["run_id", "config_backend", "bench_backend", "n_ranks", "n_nodes", "model",
-                                       "bytes_per_sync", "sync_measured_s", "sync_pred_s", "error_frac", "held_out"])
+                                       "bytes_per_sync", "sync_measured_s", "sync_min_measured_s", "sync_pred_s",
+                                       "error_frac", "held_out"])

@@ -98,8 +98,13 @@ def test_message_sizes_hold_the_model_sizes():
 
 @pytest.mark.slow
 def test_bench_allreduce_with_gloo_and_mpi_at_one_and_two_ranks(tmp_path, real_experiment):
-    exp, _ = real_experiment
-    out = tmp_path / "bench"
+    import shutil
+
+    from analysis.report import build_report
+
+    exp = tmp_path / "EXP"  # a copy: the bench goes into the experiment, where the report finds it
+    shutil.copytree(real_experiment[0], exp)
+    out = exp / "bench"
     p = subprocess.run([sys.executable, "-m", "analysis.cli", "bench-allreduce", "--np", "1,2", "--backend",
                         "gloo,mpi", "--out", str(out), "--max-bytes", "4K", "--repeats", "3", "--experiment",
                         str(exp)], capture_output=True, text=True, cwd=ROOT, timeout=900)
@@ -117,3 +122,13 @@ def test_bench_allreduce_with_gloo_and_mpi_at_one_and_two_ranks(tmp_path, real_e
     err = pd.read_csv(out / "model_error.csv")
     two = err[err["n_ranks"] == 2]
     assert len(two) and two["sync_pred_s"].notna().all() and not two["held_out"].any()
+    assert set(two["model"]) == {"ring"}  # one node: the two-level model is the ring
+    # the report shows the fit, both models' predictions and their error, and each backend's path
+    export = build_report(exp, tmp_path / "report", static=False).parent / "export"
+    shown = pd.read_csv(export / "allreduce_model_error.csv")
+    assert shown[["run_id", "sync_pred_s"]].equals(err[["run_id", "sync_pred_s"]])
+    models = pd.read_csv(export / "allreduce_models.csv")
+    assert set(models["model"]) == {"ring", "two-level"}
+    backends = pd.read_csv(export / "backends.csv")
+    two_rank = backends[backends["n_ranks"] == 2]
+    assert (two_rank.loc[two_rank["config_backend"].str.endswith("gloo"), "comm_path"] == "intra-node Gloo TCP").all()
