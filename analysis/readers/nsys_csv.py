@@ -347,25 +347,7 @@ def read(
         :func:`read_summary`).
     """
     path = Path(path)
-    parts: list[pd.DataFrame] = []
-    summaries: list[str] = []
-    unknown: list[str] = []
-    for report, frame in _load(path):
-        kind = _classify(frame)
-        label = report or path.name
-        try:
-            if kind == "gpu_trace":
-                parts.append(_gpu_trace(frame, path))
-            elif kind == "api_trace":
-                parts.append(_api_trace(frame, path))
-            elif kind == "nvtx_trace":
-                parts.append(_nvtx_trace(frame, path, domains))
-            elif kind == "summary":
-                summaries.append(label)
-            else:
-                unknown.append(f"{label} (columns {list(frame.columns)[:6]}...)")
-        except ValueError as exc:
-            raise ReadError(path, f"{label}: {exc}") from None
+    parts, summaries, unknown = _trace_tables(path, domains)
     if not parts and summaries and not unknown:
         raise ReadError(
             path,
@@ -385,6 +367,37 @@ def read(
     rid = run_id if run_id is not None else default_run_id(path)
     if not parts:
         return schema.make_events(0, run_id=rid, start_ns=[], dur_ns=[], source=NAME)
+    return _events(parts, rid, session_start_ns)
+
+
+def _trace_tables(path: Path, domains: Iterable[str],
+                  ) -> tuple[list[pd.DataFrame], list[str], list[str]]:
+    """The file's trace tables as event parts, and the labels of its summary reports and of
+    the tables of unknown report types."""
+    parts: list[pd.DataFrame] = []
+    summaries: list[str] = []
+    unknown: list[str] = []
+    for report, frame in _load(path):
+        kind = _classify(frame)
+        label = report or path.name
+        try:
+            if kind == "gpu_trace":
+                parts.append(_gpu_trace(frame, path))
+            elif kind == "api_trace":
+                parts.append(_api_trace(frame, path))
+            elif kind == "nvtx_trace":
+                parts.append(_nvtx_trace(frame, path, domains))
+            elif kind == "summary":
+                summaries.append(label)
+            else:
+                unknown.append(f"{label} (columns {list(frame.columns)[:6]}...)")
+        except ValueError as exc:
+            raise ReadError(path, f"{label}: {exc}") from None
+    return parts, summaries, unknown
+
+
+def _events(parts: list[pd.DataFrame], rid: str, session_start_ns: int | None) -> pd.DataFrame:
+    """One event frame, in time order, from the trace tables' parts."""
     raw = pd.concat(parts, ignore_index=True)
     raw = raw.sort_values("start_ns", kind="mergesort").reset_index(drop=True)
     offset = int(session_start_ns) if session_start_ns is not None else 0

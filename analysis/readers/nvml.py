@@ -254,6 +254,37 @@ def read(
     rows = [r for r in csv.reader(io.StringIO(text.lstrip("\ufeff")), skipinitialspace=True) if r]
     if not rows:
         raise ReadError(path, "no rows (the file holds only blank lines)")
+    header, body, targets = _header(rows, columns, path)
+    ts_idx = [i for i, (t, _) in enumerate(targets) if t == "ts"]
+    if not ts_idx:
+        raise ReadError(path, f"no timestamp column among {header}; nvidia-smi logs need --query-gpu=timestamp,...")
+    if not any(t not in (None, "ts", "device") for t, _ in targets):
+        raise ReadError(path, f"no known GPU metric among the columns {header}")
+    width = len(header)
+    good = [[f.strip() for f in r] for r in body if len(r) == width]
+    bad = len(body) - len(good)
+    frame = pd.DataFrame(good, columns=range(width), dtype=object)
+    ts = _parse_ts(frame[ts_idx[0]], tz) if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
+    frame, ts = keep_parsed(frame, ts, path, already_bad=bad,
+                            detail=" (wrong number of fields, repeated header or unparsable timestamp)")
+    data = _metrics(frame, header, targets, path)
+    epoch = pd.Timestamp("1970-01-01", tz="UTC")
+    ts_ns = ((ts - epoch) // pd.Timedelta(1, "ns")).to_numpy(np.int64) if len(ts) else np.array([], dtype=np.int64)
+    df = schema.make_samples(
+        len(frame),
+        run_id=run_id if run_id is not None else default_run_id(path),
+        host=host,
+        ts_ns=ts_ns,
+        source=NAME,
+        **data,
+    )
+    return schema.validate_samples(df)
+
+
+def _header(rows: list[list[str]], columns: Sequence[str] | None, path: Path,
+            ) -> tuple[list[str], list[list[str]], list]:
+    """``(header, body rows, target per column)``: the file's header row, or ``columns``
+    for a ``noheader`` log (whose first field is a timestamp)."""
     first = [f.strip() for f in rows[0]]
     if _SMI_TS.match(first[0]) or _ISO_TS.match(first[0]):
         if columns is None:
@@ -273,18 +304,12 @@ def read(
         unknown = [h for h, (t, _) in zip(header, targets, strict=False) if t is None and _canon(h)[0] not in IGNORED]
         if unknown:
             raise ReadError(path, f"unknown column name(s) {unknown}; accepted: {', '.join(QUERY_FIELDS)}")
-    ts_idx = [i for i, (t, _) in enumerate(targets) if t == "ts"]
-    if not ts_idx:
-        raise ReadError(path, f"no timestamp column among {header}; nvidia-smi logs need --query-gpu=timestamp,...")
-    if not any(t not in (None, "ts", "device") for t, _ in targets):
-        raise ReadError(path, f"no known GPU metric among the columns {header}")
-    width = len(header)
-    good = [[f.strip() for f in r] for r in body if len(r) == width]
-    bad = len(body) - len(good)
-    frame = pd.DataFrame(good, columns=range(width), dtype=object)
-    ts = _parse_ts(frame[ts_idx[0]], tz) if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
-    frame, ts = keep_parsed(frame, ts, path, already_bad=bad,
-                            detail=" (wrong number of fields, repeated header or unparsable timestamp)")
+    return header, body, targets
+
+
+def _metrics(frame: pd.DataFrame, header: list[str], targets: list, path: Path) -> dict[str, object]:
+    """The sample columns of the parsed rows: one per known metric (the first column of
+    each), and ``device``."""
     data: dict[str, object] = {}
     for i, (target, unit) in enumerate(targets):
         if target in (None, "ts") or target in data:
@@ -296,17 +321,7 @@ def read(
             data[target] = _values(frame[i], target, unit)
         except ValueError as exc:
             raise ReadError(path, f"column {header[i]!r}: {exc}") from None
-    epoch = pd.Timestamp("1970-01-01", tz="UTC")
-    ts_ns = ((ts - epoch) // pd.Timedelta(1, "ns")).to_numpy(np.int64) if len(ts) else np.array([], dtype=np.int64)
-    df = schema.make_samples(
-        len(frame),
-        run_id=run_id if run_id is not None else default_run_id(path),
-        host=host,
-        ts_ns=ts_ns,
-        source=NAME,
-        **data,
-    )
-    return schema.validate_samples(df)
+    return data
 
 
 register(

@@ -125,13 +125,9 @@ def _object_ids(blobs: pd.Series) -> tuple[list[object], list[object]]:
     return pids, tids
 
 
-def _read(con: sqlite3.Connection, path: Path, run_id: str) -> pd.DataFrame:
-    tables = sqlite_tables(con)
-    if "StringTable" not in tables:
-        if "StringIds" in tables:
-            raise ReadError(path, "this is an nsys export, not an nvprof database; use format='nsys_sqlite'")
-        raise ReadError(path, "not an nvprof database (no StringTable)")
-    strings = dict(con.execute("SELECT _id_, value FROM StringTable").fetchall())
+def _kernels(con: sqlite3.Connection, tables: set[str], strings: dict, path: Path,
+             ) -> list[pd.DataFrame]:
+    """The kernel tables' rows (names demangled; NCCL kernels are ``comm``)."""
     parts: list[pd.DataFrame] = []
     for t in ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_KERNEL"):
         if t not in tables:
@@ -147,12 +143,23 @@ def _read(con: sqlite3.Connection, path: Path, run_id: str) -> pd.DataFrame:
                 f"{path}: no C++ demangler (pip install cxxfilt, or binutils' c++filt); kernel "
                 "names are kept mangled",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         names = raw.map(dict(zip(uniq, demangled, strict=False)))
         kind = np.where([is_nccl_kernel(n) for n in names], "comm", "compute")
         parts.append(_frame(len(df), name=names.to_numpy(dtype=object), kind=kind, cat="cuda_kernel",
                             **_gpu_common(df)))
+    return parts
+
+
+def _read(con: sqlite3.Connection, path: Path, run_id: str) -> pd.DataFrame:
+    tables = sqlite_tables(con)
+    if "StringTable" not in tables:
+        if "StringIds" in tables:
+            raise ReadError(path, "this is an nsys export, not an nvprof database; use format='nsys_sqlite'")
+        raise ReadError(path, "not an nvprof database (no StringTable)")
+    strings = dict(con.execute("SELECT _id_, value FROM StringTable").fetchall())
+    parts = _kernels(con, tables, strings, path)
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         df = _q(con, "CUPTI_ACTIVITY_KIND_MEMCPY",
                 ["start", "end", "deviceId", "streamId", "correlationId", "bytes", "copyKind"])
