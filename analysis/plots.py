@@ -78,11 +78,24 @@ def _need(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
         raise ScalescopeError(f"{what} needs column(s) {missing}; the table has {list(df.columns)}")
 
 
-def _groups(df: pd.DataFrame, by: str | None):
-    if by is None or by not in df.columns:
+def _groups(df: pd.DataFrame, by: str | Sequence[str] | None):
+    """(label, rows) per group; ``by`` may name several columns (label ``"a · b"``)."""
+    cols = [by] if isinstance(by, str) else list(by or ())
+    cols = [c for c in cols if c in df.columns]
+    if not cols:
         yield None, df
         return
-    yield from df.groupby(by, sort=True, dropna=False)
+    if len(cols) == 1:
+        yield from df.groupby(cols[0], sort=True, dropna=False)
+        return
+    for key, g in df.groupby(cols, sort=True, dropna=False):
+        yield " · ".join("–" if pd.isna(k) else str(k) for k in key), g
+
+
+def _group_label(row: pd.Series, by: str | Sequence[str] | None) -> str | None:
+    cols = [by] if isinstance(by, str) else list(by or ())
+    cols = [c for c in cols if c in row.index]
+    return " · ".join("–" if pd.isna(row[c]) else str(row[c]) for c in cols) if cols else None
 
 
 def _bar_labels(df: pd.DataFrame, x: str, by: str | None) -> list[str]:
@@ -102,8 +115,9 @@ def _vlines(fig: go.Figure, boundaries: pd.DataFrame | None, *, cols: Sequence[i
     for _, b in boundaries.iterrows():
         for c in cols:
             fig.add_vline(x=float(b["x"]), line_dash="dash", line_color="#666666", line_width=1, row=row, col=c)
+        group = f"{b['group']}: " if "group" in b.index and pd.notna(b["group"]) else ""
         fig.add_annotation(x=float(b["x"]), y=0.0, yref="paper", xref="x", showarrow=False, yanchor="bottom",
-                           xanchor="left", text=f" {int(b['n_nodes_after'])} nodes →",
+                           xanchor="left", text=f" {group}{int(b['n_nodes_after'])} nodes →",
                            font={"size": 11, "color": "#666666"})
 
 
@@ -269,7 +283,7 @@ def plot_scaling(
     *,
     fit: pd.DataFrame | None = None,
     boundaries: pd.DataFrame | None = None,
-    by: str = "config_backend",
+    by: str | Sequence[str] = "config_backend",
     title: str = "Speedup and efficiency",
 ) -> go.Figure:
     """Speedup (left) and efficiency (right, %) against ranks, with the ideal line, the
@@ -280,9 +294,12 @@ def plot_scaling(
     table
         :func:`analysis.metrics.scaling.scaling_table`.
     fit
-        :func:`analysis.metrics.scaling.fit_speedup` with a ``by`` column (one line each).
+        :func:`analysis.metrics.scaling.fit_speedup` with the ``by`` columns (one line each).
     boundaries
-        :func:`analysis.metrics.scaling.node_boundaries`.
+        :func:`analysis.metrics.scaling.node_boundaries` (with a ``group`` column, e.g. the
+        partition, when each group has its own).
+    by
+        Column(s) that make one line each, e.g. ``("partition", "config_backend")``.
     """
     _need(table, ["n_ranks", "speedup", "efficiency_frac", "baseline_n_ranks"], "plot_scaling")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup", "efficiency"), horizontal_spacing=0.12)
@@ -311,7 +328,8 @@ def plot_scaling(
         for _, f in fit.iterrows():
             if not np.isfinite(f["slope_per_rank"]):
                 continue
-            label = f"fit {f[by]}" if by in fit.columns else "fit"
+            group = _group_label(f, by)
+            label = f"fit {group}" if group else "fit"
             ci = ""
             if np.isfinite(f.get("slope_ci_low", np.nan)):
                 ci = f" [{f['slope_ci_low']:.2f}, {f['slope_ci_high']:.2f}]"

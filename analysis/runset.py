@@ -39,9 +39,16 @@ RUN_COLUMNS: dict[str, str] = {
     "status": "object",
     "exit_code": "Int64",
     "log_tail": "object",
+    "cluster": "object",
+    "partition": "object",
+    "nodes": "object",
+    "gpus_per_node": "Int64",
+    "labels": "object",
     "framework": "object",
     "backend": "object",
     "config_backend": "object",
+    "requested_backend": "object",
+    "horovod_tensor_op": "object",
     "n_ranks": "Int64",
     "n_nodes": "Int64",
     "batch_size": "Int64",
@@ -51,6 +58,8 @@ RUN_COLUMNS: dict[str, str] = {
     "inject": "object",
     "repeat": "Int64",
     "epochs": "Int64",
+    "scaling": "object",
+    "data_scale": "Int64",
     "dataset_size": "Int64",
     "n_params": "Int64",
     "sampler_kind": "object",
@@ -119,12 +128,46 @@ def _log_tail(run_dir: Path | None, n_lines: int = 20) -> str | None:
     return "\n".join(parts) or None
 
 
-def _backend_label(framework: str | None, backend: str | None, config: dict) -> str | None:
+def _backend_label(framework: str | None, backend: str | None, config: dict, manifest: dict | None) -> str | None:
+    """The backend as the run used it: Horovod's tensor operation (``horovod-nccl`` when its
+    allreduces ran on NCCL, whatever the controller) or controller from ``run.json``, DDP's
+    process-group backend; the sweep's label when the run wrote no manifest."""
+    hvd = (manifest or {}).get("horovod") or {}
+    if framework == "horovod" and (hvd.get("tensor_operation") or hvd.get("controller")):
+        op = str(hvd.get("tensor_operation") or "").lower()
+        return "horovod-nccl" if op == "nccl" else f"horovod-{hvd.get('controller') or op}"
+    if manifest is not None and framework == "ddp" and backend:
+        return f"ddp-{backend}"
     if config.get("backend"):
         return str(config["backend"])
     if framework in (None, "none"):
         return "none" if framework == "none" else None
     return f"{framework}-{backend}" if backend else str(framework)
+
+
+#: Run axes a ``--label`` of the same name sets where SLURM recorded nothing.
+LABEL_AXES = ("cluster", "partition")
+
+
+def _placement(entry: dict, manifest: dict | None, config: dict) -> dict:
+    """Cluster, partition, node names and GPUs per node of a run: SLURM's variables in
+    ``run.json`` (or the job's entry in ``experiment.json``) first, then the sweep's
+    ``--label cluster=/partition=``; ``labels`` is ``KEY=VALUE; ...`` of every label."""
+    m = manifest or {}
+    env = m.get("slurm") or {}
+    job = entry.get("slurm") or {}
+    labels = {str(k): str(v) for k, v in (config.get("labels") or {}).items()}
+    out = {
+        "cluster": env.get("SLURM_CLUSTER_NAME") or job.get("cluster") or labels.get("cluster"),
+        "partition": env.get("SLURM_JOB_PARTITION") or job.get("partition") or labels.get("partition"),
+        "nodes": ",".join(sorted(m["ranks_per_host"])) if m.get("ranks_per_host") else None,
+        "gpus_per_node": (m.get("gpu") or {}).get("per_node"),
+        "labels": "; ".join(f"{k}={v}" for k, v in labels.items()) or None,
+    }
+    for key, value in labels.items():
+        if key not in LABEL_AXES:
+            out[f"label_{key}"] = value
+    return out
 
 
 def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest: dict | None) -> dict:
@@ -159,9 +202,12 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         "status": status,
         "exit_code": exit_code,
         "log_tail": log_tail,
+        **_placement(entry, manifest, config),
         "framework": framework,
         "backend": backend,
-        "config_backend": _backend_label(framework, backend, config),
+        "config_backend": _backend_label(framework, backend, config, manifest),
+        "requested_backend": config.get("backend"),
+        "horovod_tensor_op": (m.get("horovod") or {}).get("tensor_operation"),
         "n_ranks": world,
         "n_nodes": n_nodes,
         "batch_size": batch,
@@ -172,6 +218,8 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         "inject": m.get("inject") or None,
         "repeat": config.get("repeat"),
         "epochs": m.get("epochs"),
+        "scaling": config.get("scaling") or "strong",
+        "data_scale": m.get("data_scale", config.get("data_scale", 1)),
         "dataset_size": m.get("dataset_size"),
         "n_params": m.get("n_params"),
         "sampler_kind": sampler.get("kind"),

@@ -71,7 +71,7 @@ def hyperbolic_stress(gamma: np.ndarray, g0_kpa: np.ndarray, tau_max_kpa: np.nda
     return g0_kpa * gamma / (1.0 + g0_kpa * gamma / tau_max_kpa)
 
 
-def generate(n_samples: int, *, seed: int) -> dict[str, np.ndarray]:
+def generate(n_samples: int, *, seed: int, n_points: int = N_POINTS) -> dict[str, np.ndarray]:
     """Generate ``n_samples`` padded, flagged strain-stress curves and their targets.
 
     Deterministic for a given ``(n_samples, seed)``. Chunked, so a million samples
@@ -83,20 +83,23 @@ def generate(n_samples: int, *, seed: int) -> dict[str, np.ndarray]:
         Number of curves.
     seed : int
         Seed of numpy's PCG64 generator.
+    n_points : int
+        Points per curve (default :data:`N_POINTS`); the shortest curve has half as many.
 
     Returns
     -------
     dict
-        ``x``: float32 ``(n, 3, N_POINTS)``, channels = normalised log strain, normalised
+        ``x``: float32 ``(n, 3, n_points)``, channels = normalised log strain, normalised
         log stress, flag (1 = measured point, 0 = padding; padded points are 0 in all
         channels). ``y``: float32 ``(n, 2)``, ``(G0, tau_max)`` scaled to [0, 1] over their
         ranges. ``length``: int16 ``(n,)`` number of measured points.
     """
     rng = np.random.Generator(np.random.PCG64(seed))
-    x = np.zeros((n_samples, 3, N_POINTS), dtype=np.float32)
+    x = np.zeros((n_samples, 3, n_points), dtype=np.float32)
     y = rng.random((n_samples, 2)).astype(np.float32)
-    length = rng.integers(MIN_POINTS, N_POINTS + 1, size=n_samples).astype(np.int16)
-    log_gamma = np.linspace(math.log10(GAMMA_MIN), math.log10(GAMMA_MAX), N_POINTS)
+    min_points = MIN_POINTS if n_points == N_POINTS else max(1, n_points // 2)
+    length = rng.integers(min_points, n_points + 1, size=n_samples).astype(np.int16 if n_points < 2**15 else np.int32)
+    log_gamma = np.linspace(math.log10(GAMMA_MIN), math.log10(GAMMA_MAX), n_points)
     gamma = 10.0**log_gamma
     g0_kpa = 1000.0 * (G0_RANGE_MPA[0] + y[:, 0] * (G0_RANGE_MPA[1] - G0_RANGE_MPA[0]))
     tau_max = TAU_MAX_RANGE_KPA[0] + y[:, 1] * (TAU_MAX_RANGE_KPA[1] - TAU_MAX_RANGE_KPA[0])
@@ -104,7 +107,7 @@ def generate(n_samples: int, *, seed: int) -> dict[str, np.ndarray]:
     lo = math.log10(G0_RANGE_MPA[0] * 1000.0 * GAMMA_MIN) - 0.5
     hi = math.log10(TAU_MAX_RANGE_KPA[1]) + 0.5
     strain_feature = ((log_gamma - log_gamma[0]) / (log_gamma[-1] - log_gamma[0])).astype(np.float32)
-    idx = np.arange(N_POINTS)
+    idx = np.arange(n_points)
     chunk = 65536
     for start in range(0, n_samples, chunk):
         sl = slice(start, min(start + chunk, n_samples))
@@ -118,7 +121,8 @@ def generate(n_samples: int, *, seed: int) -> dict[str, np.ndarray]:
     return {"x": x, "y": y, "length": length}
 
 
-def load_or_generate(n_samples: int, *, seed: int, data_dir: Path, log=print) -> dict[str, np.ndarray]:
+def load_or_generate(n_samples: int, *, seed: int, data_dir: Path, log=print,
+                     n_points: int = N_POINTS) -> dict[str, np.ndarray]:
     """Return the cached data set for ``(n_samples, seed)``, generating it once if needed.
 
     Safe when several ranks start together: the first one takes a lock file and generates
@@ -126,7 +130,8 @@ def load_or_generate(n_samples: int, *, seed: int, data_dir: Path, log=print) ->
     others wait for the file. A lock older than 30 minutes is considered stale.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / f"strain_stress_v{DATA_VERSION}_n{n_samples}_seed{seed}.npz"
+    length = "" if n_points == N_POINTS else f"_len{n_points}"
+    path = data_dir / f"strain_stress_v{DATA_VERSION}_n{n_samples}{length}_seed{seed}.npz"
     lock = path.with_suffix(".lock")
     deadline = time.monotonic() + 3600.0
     while not path.exists():
@@ -143,7 +148,7 @@ def load_or_generate(n_samples: int, *, seed: int, data_dir: Path, log=print) ->
         try:
             os.close(fd)
             t0 = time.perf_counter()
-            data = generate(n_samples, seed=seed)
+            data = generate(n_samples, seed=seed, n_points=n_points)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
             np.savez(tmp, **data)
             os.replace(tmp, path)
@@ -195,7 +200,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scale the learning rate with the global batch relative to 75: "
                         "linear: lr * B*N/75, sqrt: lr * sqrt(B*N/75) (default none)")
     p.add_argument("--samples", type=int, default=6000,
-                   help="number of curves (default 6000; the thesis used 1000000)")
+                   help="number of curves (default 6000; the thesis used 1000000); multiplied by "
+                        "--data-scale")
+    p.add_argument("--data-scale", type=int, default=_env_int("SCALESCOPE_DATA_SCALE", 1),
+                   help="multiply --samples by this (default: $SCALESCOPE_DATA_SCALE, which `scalescope sweep "
+                        "--scaling weak` sets to the rank count, else 1)")
+    p.add_argument("--curve-length", type=int, default=N_POINTS,
+                   help=f"points per curve, the input size (default {N_POINTS}); the first dense layer grows "
+                        "with it, so memory does too")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop training once this much training time has passed (the epoch under way is "
+                        "cut short, evaluated and recorded); --epochs stays the upper bound")
+    p.add_argument("--mem-limit-mb", type=float, default=None, metavar="MB",
+                   help="fail with a MemoryError (an out-of-memory run to the sweep) when this process's peak "
+                        "resident memory passes MB (checked after loading the data, after the first step and "
+                        "after each epoch): a memory limit for CPU runs")
     p.add_argument("--data-on-device", action="store_true",
                    help="keep the whole data set on the device and slice batches there (no DataLoader)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default 0)")
@@ -280,6 +299,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--lr must be a positive number, got {args.lr}")
     if args.samples < 8:
         p.error(f"--samples must be >= 8 (6 training and 2 validation curves), got {args.samples}")
+    if args.data_scale < 1:
+        p.error(f"--data-scale must be >= 1, got {args.data_scale}")
+    if args.curve_length < 8:
+        p.error(f"--curve-length must be >= 8, got {args.curve_length}")
+    if args.time_budget is not None and not (args.time_budget > 0 and math.isfinite(args.time_budget)):
+        p.error(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
+    if args.mem_limit_mb is not None and not args.mem_limit_mb > 0:
+        p.error(f"--mem-limit-mb must be positive, got {args.mem_limit_mb}")
     if args.num_workers < 0:
         p.error(f"--num-workers must be >= 0, got {args.num_workers}")
     if args.threads < 0:
@@ -304,15 +331,16 @@ def lr_factor(scaling: str, *, batch_size: int, world_size: int) -> float:
 # ---------------------------------------------------------------------------------------
 
 
-def build_model():
-    """The 1D CNN: 2 x (Conv1d k=5 + ReLU + MaxPool 2), then 1600 -> 94 -> 2 (153,532 parameters)."""
+def build_model(n_points: int = N_POINTS):
+    """The 1D CNN: 2 x (Conv1d k=5 + ReLU + MaxPool 2), then 1600 -> 94 -> 2 (153,532 parameters
+    at the default 200 points; the dense layer has 32 * n_points/4 inputs)."""
     from torch import nn
 
     return nn.Sequential(
         nn.Conv1d(3, 16, kernel_size=5, padding=2), nn.ReLU(), nn.MaxPool1d(2),
         nn.Conv1d(16, 32, kernel_size=5, padding=2), nn.ReLU(), nn.MaxPool1d(2),
         nn.Flatten(),
-        nn.Linear(32 * (N_POINTS // 4), 94), nn.ReLU(),
+        nn.Linear(32 * (n_points // 4), 94), nn.ReLU(),
         nn.Linear(94, 2),
     )
 
@@ -470,7 +498,7 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
             print(msg, flush=True)
 
     torch.manual_seed(args.seed)
-    model = build_model().to(device)
+    model = build_model(args.curve_length).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     factor = lr_factor(args.lr_scaling, batch_size=args.batch_size, world_size=dist.size)
     lr = args.lr * factor
@@ -478,13 +506,15 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
         f"parameters={n_params:,} batch_size={args.batch_size} global_batch={args.batch_size * dist.size} "
         f"lr={lr:.6g} ({args.lr_scaling} scaling x{factor:.4g})")
 
-    data = load_or_generate(args.samples, seed=args.seed, data_dir=args.data_dir, log=log)
-    train_idx, val_idx = split(args.samples, seed=args.seed)
+    n_samples = args.samples * args.data_scale
+    data = load_or_generate(n_samples, seed=args.seed, data_dir=args.data_dir, log=log, n_points=args.curve_length)
+    train_idx, val_idx = split(n_samples, seed=args.seed)
     train_loader, val_loader = _loaders(data, train_idx, val_idx, args=args, dist=dist, device=device)
     # Reference for "it learns": the validation MSE of predicting the training mean.
     y_train, y_val = data["y"][train_idx], data["y"][val_idx]
     mean_mse = float(np.mean((y_val - y_train.mean(axis=0)) ** 2))
     del data
+    check_memory(args.mem_limit_mb, "after loading the data")
 
     # DistributedSampler (or the on-device batcher) reshuffles per epoch via set_epoch.
     reshuffle = getattr(train_loader, "sampler", train_loader)
@@ -514,7 +544,9 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
 
         ssi.init(framework=args.backend, config={
             "batch_size": args.batch_size, "learning_rate": lr, "base_learning_rate": args.lr,
-            "lr_scaling": args.lr_scaling, "epochs": args.epochs, "dataset_size": args.samples,
+            "lr_scaling": args.lr_scaling, "epochs": args.epochs, "dataset_size": n_samples,
+            "data_scale": args.data_scale, "curve_length": args.curve_length, "time_budget_s": args.time_budget,
+            "mem_limit_mb": args.mem_limit_mb, "threads_per_rank": torch.get_num_threads() if device.type == "cpu" else None,
             "train_size": len(train_idx), "val_size": len(val_idx), "n_params": n_params,
             "model": "strain_stress_cnn1d", "data_on_device": args.data_on_device,
             "num_workers": args.num_workers, "seed": args.seed, "device": str(device),
@@ -532,6 +564,7 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
     loss_fn = torch.nn.MSELoss()
     nb = device.type == "cuda"
     status = "failed"
+    trained_s = 0.0
     try:
         for epoch in range(args.epochs):
             reshuffle.set_epoch(epoch)
@@ -567,10 +600,14 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
                             if sleep_opt:
                                 time.sleep(sleep_opt)
                     loss_sum += loss.detach() * xb.shape[0]
+                    if n_seen == 0:
+                        check_memory(args.mem_limit_mb, "after the first training step")
                     n_seen += xb.shape[0]
                     if ssi is not None:
                         ssi.step_end()
             train_time = time.perf_counter() - t0
+            trained_s += train_time
+            check_memory(args.mem_limit_mb, f"after epoch {epoch + 1}")
             with phase("eval"):
                 val_sse, val_n = _evaluate(train_model, val_loader, device)
             tot_loss, tot_seen, tot_sse, tot_n = dist.sum([float(loss_sum), n_seen, val_sse, val_n], device)
@@ -581,11 +618,34 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
             log(f"epoch {epoch + 1}/{args.epochs}: train_loss={train_loss:.6f} val_mse={val_mse:.6f} "
                 f"(mean predictor {mean_mse:.6f}) time={train_time:.4f}s "
                 f"throughput={tot_seen / train_time:.0f} samples/s")
+            # every rank stops after the same epoch: rank 0's training time decides
+            if args.time_budget is not None and dist.sum([trained_s if dist.rank == 0 else 0.0],
+                                                         device)[0] >= args.time_budget:
+                log(f"time budget of {args.time_budget:g} s used up after {epoch + 1} epoch(s)")
+                break
         status = "ok"
     finally:
         if ssi is not None:
             ssi.finish(status=status)
     return 0
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far (MiB), from getrusage."""
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib / 1024.0 if sys.platform != "darwin" else kib / 2**20
+
+
+def check_memory(limit_mb: float | None, when: str) -> None:
+    """Raise ``MemoryError`` when the peak resident memory has passed ``limit_mb`` (``--mem-limit-mb``)."""
+    if limit_mb is None:
+        return
+    peak = peak_rss_mib()
+    if peak > limit_mb:
+        raise MemoryError(f"out of memory: peak resident memory {peak:.0f} MiB {when} exceeds "
+                          f"--mem-limit-mb {limit_mb:g}")
 
 
 def _no_phase(name: str):

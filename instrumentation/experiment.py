@@ -59,6 +59,8 @@ __all__ = [
 BACKENDS: dict[str, tuple[str, str]] = {
     "horovod-gloo": ("horovod", "gloo"),
     "horovod-mpi": ("horovod", "mpi"),
+    # MPI controller, NCCL tensor operations (HOROVOD_GPU_OPERATIONS=NCCL): Horovod on GPU clusters
+    "horovod-nccl": ("horovod", "mpi"),
     "ddp-gloo": ("ddp", "gloo"),
     "ddp-nccl": ("ddp", "nccl"),
     "ddp-mpi": ("ddp", "mpi"),
@@ -92,7 +94,9 @@ class RunSpec:
     """One configuration and repeat of a sweep: one run directory.
 
     ``backend`` is a label of :data:`BACKENDS`; ``batch_size`` is ``None`` when the sweep
-    does not set it; ``vary`` maps a script option (without ``--``) to its value.
+    does not set it; ``vary`` maps a script option (without ``--``) to its value;
+    ``labels`` are the sweep's ``--label KEY=VALUE`` pairs; ``scaling`` is ``strong`` (fixed
+    dataset) or ``weak`` (the dataset grows with the rank count, ``SCALESCOPE_DATA_SCALE``).
     """
 
     backend: str
@@ -100,6 +104,8 @@ class RunSpec:
     batch_size: int | None
     repeat: int
     vary: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    scaling: str = "strong"
 
     @property
     def framework(self) -> str:
@@ -115,12 +121,15 @@ class RunSpec:
         if self.batch_size is not None:
             parts.append(f"bs{self.batch_size}")
         parts += [f"{_slug(k)}{_slug(v)}" for k, v in self.vary]
+        if self.scaling == "weak":
+            parts.append("weak")
         parts.append(f"r{self.repeat}")
         return "_".join(parts)
 
     def config(self, *, experiment: str) -> dict:
-        """The configuration recorded in the manifests and passed as ``SCALESCOPE_CONFIG``."""
-        return {
+        """The configuration recorded in the manifests and passed as ``SCALESCOPE_CONFIG``
+        (``labels`` and ``scaling``/``data_scale`` only when the sweep set them)."""
+        cfg = {
             "backend": self.backend,
             "framework": self.framework,
             "np": self.np,
@@ -129,6 +138,17 @@ class RunSpec:
             "vary": {k: _typed(v) for k, v in self.vary},
             "experiment": experiment,
         }
+        if self.labels:
+            cfg["labels"] = dict(self.labels)
+        if self.scaling != "strong":
+            cfg["scaling"] = self.scaling
+            cfg["data_scale"] = self.data_scale
+        return cfg
+
+    @property
+    def data_scale(self) -> int:
+        """Factor the script multiplies its dataset by: the rank count for weak scaling, else 1."""
+        return self.np if self.scaling == "weak" else 1
 
     @classmethod
     def from_config(cls, cfg: dict) -> RunSpec:
@@ -141,7 +161,9 @@ class RunSpec:
             raise ValueError(f"unknown backend {backend!r}")
         bs = cfg.get("batch_size")
         return cls(backend, int(cfg["np"]), None if bs is None else int(bs), int(cfg["repeat"]),
-                   tuple((str(k), str(v)) for k, v in (cfg.get("vary") or {}).items()))
+                   tuple((str(k), str(v)) for k, v in (cfg.get("vary") or {}).items()),
+                   tuple((str(k), str(v)) for k, v in (cfg.get("labels") or {}).items()),
+                   str(cfg.get("scaling") or "strong"))
 
 
 def _slug(value: str) -> str:
@@ -165,13 +187,20 @@ def plan_runs(
     repeats: int = 1,
     baseline: bool = False,
     vary: Sequence[tuple[str, Sequence[str]]] = (),
+    labels: Sequence[tuple[str, str]] = (),
+    scaling: str = "strong",
 ) -> list[RunSpec]:
     """Every run of a sweep, in launch order.
 
     Repeats are the outer loop (so slow drifts of the machine spread over all
     configurations); within a repeat, for each batch size and ``vary`` combination, the
     baseline (one process, no framework) comes first, then each backend at each rank count.
+    ``labels`` go into every run's configuration; ``scaling="weak"`` grows the dataset with
+    the rank count.
     """
+    if scaling not in ("strong", "weak"):
+        raise ValueError(f"--scaling must be strong or weak, not {scaling!r}")
+    extra = {"labels": tuple(labels), "scaling": scaling}
     unknown = [b for b in backends if b not in BACKENDS or b == "baseline"]
     if unknown:
         raise ValueError(f"unknown backend {unknown[0]!r}; choose from {', '.join(list(BACKENDS)[:-1])}")
@@ -183,10 +212,10 @@ def plan_runs(
             for combo in combos:
                 v = tuple(zip(names, combo, strict=True))
                 if baseline:
-                    plan.append(RunSpec("baseline", 1, bs, r, v))
+                    plan.append(RunSpec("baseline", 1, bs, r, v, **extra))
                 for backend in backends:
                     for n in nps:
-                        plan.append(RunSpec(backend, n, bs, r, v))
+                        plan.append(RunSpec(backend, n, bs, r, v, **extra))
     return plan
 
 
@@ -276,6 +305,12 @@ def run_env(
         env.pop("SCALESCOPE_BATCH_SIZE", None)
     if sample_interval is not None:
         env["SCALESCOPE_SAMPLE_INTERVAL"] = str(sample_interval)
+    if spec.data_scale != 1:  # weak scaling: the script multiplies its dataset by this
+        env["SCALESCOPE_DATA_SCALE"] = str(spec.data_scale)
+    else:
+        env.pop("SCALESCOPE_DATA_SCALE", None)
+    if spec.backend == "horovod-nccl":
+        env["HOROVOD_GPU_OPERATIONS"] = "NCCL"
     for key in ("HOROVOD_TIMELINE", "HOROVOD_TIMELINE_MARK_CYCLES"):
         env.pop(key, None)
     if spec.framework == "horovod":

@@ -16,11 +16,13 @@ This module runs on cluster login nodes: it imports neither torch nor pandas.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from instrumentation import local, profilers, slurm
+from instrumentation import backend_check, findmax, local, profilers, slurm
 from instrumentation.experiment import (
     BACKENDS,
     RankWrapper,
@@ -28,11 +30,13 @@ from instrumentation.experiment import (
     classify_exit,
     finalize_run,
     find_tool,
+    load_experiment,
     plan_runs,
     rank_command,
     resolve_script,
     run_env,
 )
+from instrumentation.manifest import write_json_atomic
 
 __all__ = [
     "BACKENDS",
@@ -67,6 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="repeats of every configuration (default 1)")
     parser.add_argument("--vary", action="append", default=[], metavar="NAME=V1,V2",
                         help="also sweep a script option: appends `--NAME V` (repeatable)")
+    parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                        help="a label recorded with every run (repeatable); cluster=... and partition=... set "
+                             "those axes where SLURM does not, e.g. --label partition=alpha on a workstation")
+    parser.add_argument("--scaling", choices=("strong", "weak"), default="strong",
+                        help="strong (default): the same dataset at every rank count; weak: the dataset grows "
+                             "with the ranks (SCALESCOPE_DATA_SCALE=<ranks>, recorded in run.json)")
+    parser.add_argument("--find-max", default=None, metavar="NAME=START",
+                        help="find the largest value of the script option --NAME that fits in memory: double "
+                             "from START until a run ends oom, then bisect (local runs only)")
     parser.add_argument("--out", required=True, type=Path, help="experiment directory, e.g. runs/EXP")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop a run after S seconds and record it as timeout")
@@ -118,6 +131,23 @@ def _parse_vary(items: Sequence[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
+_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _parse_labels(items: Sequence[str]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not _LABEL_KEY.match(key) or not value or not value.isprintable():
+            raise ValueError(f"--label {item!r}: expected KEY=VALUE with KEY a name (letters, digits, _) "
+                             "and a printable VALUE")
+        if key in (k for k, _ in out):
+            raise ValueError(f"--label {key} given twice")
+        out.append((key, value))
+    return out
+
+
 def _script(args: argparse.Namespace) -> list[str]:
     script = list(args.script or [])
     if script and script[0] == "--":
@@ -139,8 +169,14 @@ def _plan(args: argparse.Namespace) -> list[RunSpec]:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     if args.timeout is not None and args.timeout <= 0:
         raise ValueError(f"--timeout must be positive, got {args.timeout}")
+    vary = _parse_vary(args.vary)
+    if getattr(args, "find_max", None):
+        name, _ = findmax.parse_find_max(args.find_max)
+        if name in (n for n, _ in vary):
+            raise ValueError(f"--find-max {name} is also given as --vary {name}")
     return plan_runs(nps=nps, backends=backends, batch_sizes=batch_sizes, repeats=args.repeats,
-                     baseline=args.baseline, vary=_parse_vary(args.vary))
+                     baseline=args.baseline, vary=vary, labels=_parse_labels(getattr(args, "label", [])),
+                     scaling=getattr(args, "scaling", "strong"))
 
 
 def _sweep_command() -> list[str]:
@@ -164,6 +200,9 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
             # SLURM scripts carry the profiler variables on each rank's command line
             wrappers = [*wrappers, *profilers.wrappers_from_args(args, with_env=True)]
             slurm.check_options(args)
+            if getattr(args, "find_max", None):
+                raise ValueError("--find-max runs the search here, one run after the other: it does not "
+                                 "work with --slurm")
         else:
             for option in ("submit", "wait", "max_jobs"):
                 if getattr(args, option, None):
@@ -192,11 +231,57 @@ def _run_local(plan: list[RunSpec], *, script: list[str], out: Path, args: argpa
                               mark_cycles=args.timeline_cycles, nccl_debug=not args.no_nccl_debug,
                               wrappers=wrappers, extra_env=profiler_env,
                               after_run=after_run)
+    find = findmax.parse_find_max(args.find_max) if getattr(args, "find_max", None) else None
     if args.dry_run:
+        if find:
+            print(f"scalescope sweep: --find-max: would search --{find[0]} from {find[1]} (doubling, then "
+                  "bisecting) for each configuration below; first runs:")
+            plan = [_with_value(s, find[0], find[1]) for s in plan]
         local.dry_run(plan, script=script, out=out, opts=opts)
         return 0
     local.check_tools(plan)
+    backend_check.check_nccl({s.backend for s in plan}, [s.np for s in plan])
+    if find:
+        return _find_max(plan, name=find[0], start=find[1], script=script, out=out, opts=opts)
     return local.run_local(plan, script=script, out=out, command=_sweep_command(), opts=opts)
+
+
+def _with_value(spec: RunSpec, name: str, value: int) -> RunSpec:
+    return dataclasses.replace(spec, vary=(*spec.vary, (name, str(value))))
+
+
+def _find_max(plan: list[RunSpec], *, name: str, start: int, script: list[str], out: Path,
+              opts: local.LocalOptions) -> int:
+    """One :func:`instrumentation.findmax.search` per configuration of ``plan``; the results go
+    into ``experiment.json`` (``find_max``). Returns 0 when every search found its bracket."""
+    results = []
+    for spec in plan:
+        def status_at(value: int, spec: RunSpec = spec) -> tuple[str, str]:
+            run = _with_value(spec, name, value)
+            rc = local.run_local([run], script=script, out=out, command=_sweep_command(), opts=opts)
+            if rc == 130:
+                raise KeyboardInterrupt
+            entry = next((e for e in (load_experiment(out) or {}).get("runs", []) if e.get("run_id") == run.run_id),
+                         {})
+            return str(entry.get("status", "failed")), run.run_id
+
+        try:
+            res = findmax.search(name, start, status_at)
+        except KeyboardInterrupt:
+            print("scalescope sweep: --find-max interrupted; run the same command again to resume", file=sys.stderr)
+            return 130
+        results.append({**res.as_dict(), "config": spec.config(experiment=out.name)})
+        _record_find_max(out, results)
+        print(f"scalescope sweep: --find-max {spec.run_id}: largest {name} that fits: {res.largest_ok}"
+              f" (smallest that ran out of memory: {res.smallest_oom})"
+              + (f"; stopped: {res.stopped}" if res.stopped else ""))
+    return 0 if all(r["stopped"] is None for r in results) else 1
+
+
+def _record_find_max(out: Path, results: list[dict]) -> None:
+    data = load_experiment(out) or {}
+    data["find_max"] = results
+    write_json_atomic(Path(out) / "experiment.json", data)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

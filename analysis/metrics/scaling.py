@@ -12,11 +12,17 @@ from scipy import stats
 from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns, spread
 
-#: Run metadata carried into per-run tables.
+#: Run metadata carried into per-run tables (plus every ``vary_*`` and ``label_*`` column).
 RUN_META: tuple[str, ...] = (
-    "run_id", "status", "framework", "backend", "config_backend", "n_ranks", "n_nodes", "batch_size",
-    "global_batch_size", "learning_rate", "lr_scaling", "inject", "repeat", "dataset_size", "n_params",
+    "run_id", "experiment", "cluster", "partition", "gpu_model", "gpus_per_node", "nodes", "labels", "status",
+    "framework", "backend", "config_backend", "requested_backend", "n_ranks", "n_nodes", "batch_size",
+    "global_batch_size", "learning_rate", "lr_scaling", "inject", "repeat", "scaling", "data_scale",
+    "dataset_size", "n_params",
 )
+
+#: Where and how a run ran: the axes on which clusters, partitions and experiments are compared
+#: (``by=``). A ``"none"`` baseline is taken from the same value of each of them in ``by``.
+PLACEMENT_AXES: tuple[str, ...] = ("experiment", "cluster", "partition", "gpu_model", "gpus_per_node", "scaling")
 
 
 #: Epochs each epoch-level study drops as warm-up (when a run has more; ``docs/metrics.md``).
@@ -90,11 +96,12 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        The :data:`RUN_META` columns of ``runset.runs`` and the columns of
-        :func:`epoch_times`; runs without epoch metrics are left out.
+        The :data:`RUN_META`, ``vary_*`` and ``label_*`` columns of ``runset.runs`` and the
+        columns of :func:`epoch_times`; runs without epoch metrics are left out.
     """
     runs = runset.usable_runs()
-    meta = runs[[c for c in RUN_META if c in runs.columns]]
+    extra = [c for c in runs.columns if c.startswith(("vary_", "label_"))]
+    meta = runs[[c for c in RUN_META if c in runs.columns] + extra]
     times = epoch_times(runset.epochs, warmup_epochs=warmup_epochs)
     return meta.merge(times, on="run_id", how="inner").reset_index(drop=True)
 
@@ -123,7 +130,7 @@ def run_speedups(
     per_run: pd.DataFrame,
     *,
     baseline: str | Mapping[str, object] = "none",
-    mode: Literal["strong", "weak"] = "strong",
+    mode: Literal["strong", "weak", "auto"] = "strong",
     by: Sequence[str] = ("config_backend", "batch_size"),
     match: Sequence[str] = ("batch_size",),
 ) -> pd.DataFrame:
@@ -141,11 +148,17 @@ def run_speedups(
         Repeats of the baseline are combined by their median.
     mode
         ``"strong"`` (fixed problem): speedup = T(n0) / T(n) from epoch times;
-        ``"weak"`` (fixed work per rank): speedup = X(n) / X(n0) from throughputs.
+        ``"weak"`` (fixed work per rank): speedup = X(n) / X(n0) from throughputs;
+        ``"auto"``: each run's own ``scaling`` column (``scalescope sweep --scaling``), which
+        is then added to ``by``.
     by
-        Columns that define a configuration (one scaling curve each).
+        Columns that define a configuration (one scaling curve each), e.g. ``("partition",
+        "config_backend")`` for one curve per partition and backend.
     match
-        Columns a ``"none"`` baseline must share with the configuration.
+        Columns a ``"none"`` baseline must share with the configuration; the
+        :data:`PLACEMENT_AXES` in ``by`` are added (each partition's own baseline), unless the
+        baseline is a mapping such as ``{"partition": "alpha", "framework": "none",
+        "n_ranks": 1}`` (one baseline for every partition, as the reference study did).
 
     Returns
     -------
@@ -158,10 +171,9 @@ def run_speedups(
     Strong scaling: speedup = T(n0)/T(n); weak scaling: speedup = X(n)/X(n0) (scaled
     speedup); in both, efficiency = speedup · n0/n, where n0 is the baseline's rank count.
     """
+    by, match = _by_match(per_run, by, match, mode)
     require_columns(per_run, ("n_ranks", "epoch_time_s", "throughput_samples_per_s", "framework", *by),
                     "run_speedups")
-    if mode not in ("strong", "weak"):
-        raise ScalescopeError(f"mode must be 'strong' or 'weak', not {mode!r}")
     parts = []
     for _, group in per_run.groupby(list(by), sort=True, dropna=False):
         base = _baseline_rows(per_run, group, baseline, match)
@@ -180,19 +192,37 @@ def run_speedups(
     for col in ("baseline_n_ranks", "baseline_epoch_time_s", "baseline_throughput_samples_per_s"):
         if col not in out:
             out[col] = pd.Series(dtype=float)
-    if mode == "strong":
-        out["speedup"] = out["baseline_epoch_time_s"] / out["epoch_time_s"]
-    else:
-        out["speedup"] = out["throughput_samples_per_s"] / out["baseline_throughput_samples_per_s"]
+    weak = _row_modes(out, mode) == "weak"
+    out["speedup"] = np.where(weak, out["throughput_samples_per_s"] / out["baseline_throughput_samples_per_s"],
+                              out["baseline_epoch_time_s"] / out["epoch_time_s"])
     out["efficiency_frac"] = out["speedup"] * out["baseline_n_ranks"] / out["n_ranks"].astype(float)
     return out.reset_index(drop=True)
+
+
+def _by_match(per_run: pd.DataFrame, by: Sequence[str], match: Sequence[str],
+              mode: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if mode not in ("strong", "weak", "auto"):
+        raise ScalescopeError(f"mode must be 'strong', 'weak' or 'auto', not {mode!r}")
+    by = tuple(by)
+    if mode == "auto":
+        require_columns(per_run, ("scaling",), "mode='auto'")
+        if "scaling" not in by:
+            by = (*by, "scaling")
+    match = (*match, *(c for c in by if c in PLACEMENT_AXES and c not in match))
+    return by, match
+
+
+def _row_modes(df: pd.DataFrame, mode: str) -> np.ndarray:
+    if mode == "auto":
+        return df["scaling"].fillna("strong").astype(str).to_numpy()
+    return np.full(len(df), mode, dtype=object)
 
 
 def scaling_table(
     per_run: pd.DataFrame,
     *,
     baseline: str | Mapping[str, object] = "none",
-    mode: Literal["strong", "weak"] = "strong",
+    mode: Literal["strong", "weak", "auto"] = "strong",
     by: Sequence[str] = ("config_backend", "batch_size"),
     match: Sequence[str] = ("batch_size",),
 ) -> pd.DataFrame:
@@ -227,6 +257,7 @@ def scaling_table(
     [['ddp', 1, 0.909, 0.909], ['ddp', 2, 1.667, 0.833], ['none', 1, 1.0, 1.0]]
     """
     sp = run_speedups(per_run, baseline=baseline, mode=mode, by=by, match=match)
+    by, _ = _by_match(per_run, by, match, mode)
     rows = []
     for key, g in sp.groupby([*by, "n_ranks"], sort=True, dropna=False):
         row = dict(zip([*by, "n_ranks"], key if isinstance(key, tuple) else (key,), strict=False))
@@ -241,7 +272,7 @@ def scaling_table(
         x0 = float(g["baseline_throughput_samples_per_s"].iloc[0])
         row["baseline_n_ranks"] = n0
         row["baseline_epoch_time_s"] = t0
-        if mode == "strong":
+        if _row_modes(g.iloc[:1], mode)[0] == "strong":
             row["speedup"] = t0 / row["epoch_time_s_median"]
             row["speedup_min"] = t0 / row["epoch_time_s_max"]
             row["speedup_max"] = t0 / row["epoch_time_s_min"]
@@ -317,22 +348,37 @@ def fit_speedup(
     return pd.DataFrame(rows)
 
 
-def node_boundaries(runs: pd.DataFrame) -> pd.DataFrame:
+def node_boundaries(runs: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFrame:
     """Where ranks spill onto another node.
 
     Parameters
     ----------
     runs
         Any table with ``n_ranks`` and ``n_nodes`` (runs table, scaling table).
+    by
+        Columns whose groups have their own boundaries, e.g. ``("partition",)`` (partitions
+        with different GPUs per node spill at different rank counts).
 
     Returns
     -------
     pandas.DataFrame
         One row per increase of the node count along increasing rank counts:
         ``n_ranks_before``, ``n_ranks_after``, ``n_nodes_before``, ``n_nodes_after``,
-        ``x`` (midway, where a figure draws the boundary).
+        ``x`` (midway, where a figure draws the boundary); with ``by``, also the ``by``
+        columns and ``group`` (their values joined by `` · ``).
     """
-    require_columns(runs, ("n_ranks", "n_nodes"), "node_boundaries")
+    require_columns(runs, ("n_ranks", "n_nodes", *by), "node_boundaries")
+    if by:
+        parts = []
+        for key, g in runs.groupby(list(by), sort=True, dropna=False):
+            b = node_boundaries(g)
+            key = key if isinstance(key, tuple) else (key,)
+            for c, v in zip(by, key, strict=True):
+                b[c] = v
+            b["group"] = " · ".join("–" if pd.isna(v) else str(v) for v in key)
+            parts.append(b)
+        cols = ["n_ranks_before", "n_ranks_after", "n_nodes_before", "n_nodes_after", "x", *by, "group"]
+        return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     t = runs[["n_ranks", "n_nodes"]].dropna().groupby("n_ranks")["n_nodes"].max().sort_index()
     rows = []
     prev_n, prev_nodes = None, None

@@ -77,8 +77,8 @@ def test_plan_order_and_human_readable_run_ids():
 
 
 def test_plan_rejects_unknown_backends():
-    with pytest.raises(ValueError, match="unknown backend 'horovod-nccl'"):
-        plan_runs(nps=[1], backends=["horovod-nccl"])
+    with pytest.raises(ValueError, match="unknown backend 'horovod-ucx'"):
+        plan_runs(nps=[1], backends=["horovod-ucx"])
 
 
 def test_vary_is_appended_and_recorded(tmp_path):
