@@ -91,6 +91,28 @@ def communicators(nccl: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def channel_transports(nccl: pd.DataFrame) -> pd.DataFrame:
+    """Per communicator and channel, the transports of its connections.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``comm_key`` (as in :func:`communicators`), ``channel``, ``transports``
+        (``;``-joined classes, `` GDRDMA`` marked), ``n_connections``.
+    """
+    conn = nccl[nccl["record"] == "connection"]
+    cols = ["comm_key", "channel", "transports", "n_connections"]
+    if conn.empty:
+        return pd.DataFrame(columns=cols)
+    key = conn["comm_id"].astype(object)
+    key = key.where(key.notna(), "nranks=" + conn["nranks"].astype("Int64").astype(str))
+    label = conn["transport"].astype(str) + conn["gdrdma"].fillna(False).map({True: " GDRDMA", False: ""})
+    t = pd.DataFrame({"comm_key": key, "channel": conn["channel"].astype("Int64"), "label": label})
+    out = t.groupby(["comm_key", "channel"], sort=True).agg(
+        transports=("label", lambda s: ";".join(sorted(set(s)))), n_connections=("label", "size")).reset_index()
+    return out[cols]
+
+
 def ib_devices(nccl: pd.DataFrame) -> list[str]:
     """IB/RoCE devices NCCL listed (``NET/IB : Using [0]mlx5_0:1/IB ...``); empty when none."""
     texts = nccl.loc[nccl["record"] == "ib", "text"].dropna().astype(str)
@@ -204,4 +226,4 @@ def comm_paths(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_id", "config_backend", "comm_path", "nccl_version", "comm_warnings"])
 
 
-__all__ = ["comm_paths", "communicators", "ib_devices", "run_comm_path", "summarize_nccl"]
+__all__ = ["channel_transports", "comm_paths", "communicators", "ib_devices", "run_comm_path", "summarize_nccl"]

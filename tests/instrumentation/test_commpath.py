@@ -91,3 +91,22 @@ def test_horovod_info_records_build_or_why_not():
         assert set(info["controllers"]) == {"gloo", "mpi"} and "nccl" in info["tensor_operations"]
     else:
         assert info["reason"]
+
+
+def test_sweep_run_env_and_manifest_carry_the_capture(tmp_path):
+    import json
+
+    from instrumentation.experiment import RunSpec, finalize_run, run_env
+
+    nccl = RunSpec("ddp-nccl", 2, None, 1)
+    env = run_env(nccl, tmp_path, experiment="x", base={})
+    assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_FILE"].endswith("nccl.%h.%p.log")
+    assert "NCCL_DEBUG" not in run_env(nccl, tmp_path, experiment="x", base={}, nccl_debug=False)
+    assert "NCCL_DEBUG" not in run_env(RunSpec("ddp-gloo", 2, None, 1), tmp_path, experiment="x", base={})
+    run_dir = tmp_path / "EXP" / nccl.run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "nccl.h.7.log").write_text("h:7:7 [0] NCCL INFO Using network Socket\n")
+    finalize_run(run_dir, nccl, exit_code=1, experiment="EXP", command=["x"])
+    cap = json.loads((run_dir / "run.json").read_text())["comm_capture"]
+    assert cap["nccl_logs"] == ["nccl.h.7.log"] and cap["nccl_debug"] == "INFO"
+    assert cap["node"]["host"] and "available" in cap["node"]["topo"] and "mpi" in cap["node"]

@@ -96,3 +96,14 @@ def test_nccl_logs_in_the_run_directory_win(tmp_path):
     (tmp_path / "nccl.llama.232.log").write_bytes(src.read_bytes())
     got = C.run_comm_path(tmp_path, {"framework": "ddp", "backend": "nccl", "n_nodes": 1})
     assert got["comm_path"] == "intra-node SHM" and got["nccl_version"] == "2.27.3+cuda12.9"
+
+
+def test_transport_per_channel():
+    if not CORPUS.is_dir():
+        pytest.skip(f"NCCL corpus not present at {CORPUS}")
+    b5 = C.channel_transports(_read(CORPUS / "B5paper__documents__allreduce-1proc-4gpu-p2p-direct.log"))
+    assert b5["channel"].tolist() == list(range(24)) and set(b5["transports"]) == {"P2P/direct"}
+    assert b5["n_connections"].sum() == 168
+    alcf = C.channel_transports(_read(CORPUS / "argonne-lcf__alcf-nccl-tests__polaris-2node-ofi-cxi-gdrdma.log"))
+    assert set(alcf["transports"]) <= {"P2P/CUMEM", "NET/OFI GDRDMA", "NET/OFI GDRDMA;P2P/CUMEM"}
+    assert alcf["n_connections"].sum() == 78  # 56 P2P + 22 NET (the 2 spliced fragments are not counted)
