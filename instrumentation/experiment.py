@@ -41,6 +41,7 @@ __all__ = [
     "RankWrapper",
     "RunSpec",
     "classify_exit",
+    "experiment_lock",
     "finalize_run",
     "find_tool",
     "load_experiment",
@@ -521,18 +522,20 @@ class Experiment:
 
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        with _locked(self.out / ".experiment.lock"):
-            write_json_atomic(self.out / "experiment.json", {
-                "format": EXPERIMENT_FORMAT, "format_version": FORMAT_VERSION, "name": self.name,
-                "created": self.created, "updated": now(), "command": self.command, "script": self.script,
-                **self.extra, "runs": list(self.entries.values()),
-            })
+        write_json_atomic(self.out / "experiment.json", {
+            "format": EXPERIMENT_FORMAT, "format_version": FORMAT_VERSION, "name": self.name,
+            "created": self.created, "updated": now(), "command": self.command, "script": self.script,
+            **self.extra, "runs": list(self.entries.values()),
+        })
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` (best effort where the file system has none)."""
-    with open(path, "a") as f:
+def experiment_lock(out: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``OUT/.experiment.lock`` (best effort where the file system
+    has none), held by every writer of ``experiment.json`` that may run while SLURM jobs
+    finalize. Not re-entrant: do not nest it."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with open(Path(out) / ".experiment.lock", "a") as f:
         try:
             import fcntl
 
@@ -551,7 +554,7 @@ def update_entries(out: Path, update: Callable[[dict], dict | None], *, name: st
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with _locked(out / ".experiment.lock"):
+    with experiment_lock(out):
         data = load_experiment(out) or {"format": EXPERIMENT_FORMAT, "format_version": FORMAT_VERSION,
                                         "name": name or out.name, "created": now(), "runs": []}
         entries = {e.get("run_id"): e for e in data.get("runs", []) if isinstance(e, dict)}

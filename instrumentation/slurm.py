@@ -41,6 +41,7 @@ from instrumentation import scheduler, slurm_jobs
 from instrumentation.experiment import (
     Experiment,
     RunSpec,
+    experiment_lock,
     finalize_run,
     find_tool,
     now,
@@ -290,7 +291,11 @@ def write_scripts(plan, *, script: Sequence[str], out: Path, args: argparse.Name
     submit = ["#!/bin/bash", "# Submit every run of this sweep (runs already ok are skipped).", "set -e",
               f"cd {shlex.quote(str(sdir))}"]
     keep = ("ok", *ACTIVE_STATUSES) if getattr(args, "submit", False) else ("ok",)
-    exp = Experiment.open(out, command=command, script=list(script), plan=plan, experiment=experiment, keep=keep)
+    with experiment_lock(out):  # jobs of an earlier submission may be finalizing
+        exp = Experiment.open(out, command=command, script=list(script), plan=plan, experiment=experiment,
+                              keep=keep)
+        _record_settings(exp, args)
+        exp.save()
     for spec in plan:
         if exp.is_done(spec):
             submit.append(f"# {spec.run_id}: already ok")
@@ -298,17 +303,19 @@ def write_scripts(plan, *, script: Sequence[str], out: Path, args: argparse.Name
             submit.append(f"sbatch {shlex.quote(spec.run_id + '.sbatch')}")
     (sdir / "submit_all.sh").write_text("\n".join(submit) + "\n", encoding="utf-8")
     (sdir / "submit_all.sh").chmod(0o755)
+    if not getattr(args, "submit", False):
+        print(f"scalescope sweep: wrote {len(scripts)} sbatch scripts into {sdir}; "
+              f"submit with {sdir / 'submit_all.sh'} (or add --submit)")
+    return 0
+
+
+def _record_settings(exp: Experiment, args: argparse.Namespace) -> None:
     exp.extra["slurm"] = {"launcher": args.slurm_launcher, "gpus_per_node": args.gpus_per_node,
                           "cpus_per_node": args.cpus_per_node,
                           "partition": args.partition or getattr(args, "slurm_partition", None),
                           "gpu_request": args.gpu_request, "cpu_bind": args.cpu_bind,
                           "exclusive": getattr(args, "exclusive", True), "time": args.time,
                           "cluster": getattr(args, "slurm_cluster", None)}
-    exp.save()
-    if not getattr(args, "submit", False):
-        print(f"scalescope sweep: wrote {len(scripts)} sbatch scripts into {sdir}; "
-              f"submit with {sdir / 'submit_all.sh'} (or add --submit)")
-    return 0
 
 
 def check_options(args: argparse.Namespace) -> None:

@@ -44,8 +44,19 @@ stop_one() {  # stop_one NAME PIDFILE
   rm -f "$pidfile"
 }
 
+cancel_jobs() {  # jobs outlive slurmd (slurmstepd runs them): cancel them and wait for the end
+  alive "$DIR/run/slurmctld.pid" && alive "$DIR/run/slurmd.pid" || return 0
+  SLURM_CONF="$CONF" scancel --quiet --full $(SLURM_CONF="$CONF" squeue -h -o %i 2>/dev/null) 2>/dev/null || true
+  for _ in $(seq 60); do
+    [[ -z "$(SLURM_CONF="$CONF" squeue -h -o %i 2>/dev/null)" ]] && return 0
+    sleep 0.5
+  done
+  say "jobs still listed after 30 s: $(SLURM_CONF="$CONF" squeue -h -o '%i %T' 2>/dev/null | paste -sd, -)"
+}
+
 stop() {
   [[ -d "$DIR" ]] || return 0
+  cancel_jobs
   stop_one slurmd "$DIR/run/slurmd.pid"
   stop_one slurmctld "$DIR/run/slurmctld.pid"
   stop_one munged "$DIR/run/munged.pid"
