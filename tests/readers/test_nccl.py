@@ -252,3 +252,26 @@ def test_own_single_gpu_topo_with_ansi_header():
     df = analysis.read(path)
     nvsmi_topo.validate(df)
     assert len(df) == 0  # one GPU: no pair
+
+
+@pytest.mark.parametrize("name", ["nccl/h100_ddp_nccl_np1.log", "topo/h100_single_gpu.topo.txt"])
+def test_cut_anywhere_is_a_frame_or_a_clear_error(tmp_path, name):
+    """A log or matrix cut at any of 60 offsets gives a frame (with RecoveryWarnings) or a
+    ReadError naming the file, never another exception."""
+    raw = (DATA / name).read_bytes()
+    fmt = "nccl" if name.startswith("nccl") else "nvsmi_topo"
+    outcomes = set()
+    for i, cut in enumerate(range(1, len(raw), max(1, len(raw) // 60))):
+        f = tmp_path / f"cut{i}{Path(name).suffix}"
+        f.write_bytes(raw[:cut])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RecoveryWarning)
+            try:
+                df = analysis.read(f, format=fmt)
+            except ReadError as exc:
+                assert str(f) in str(exc)
+                outcomes.add("error")
+                continue
+        (nccl if fmt == "nccl" else nvsmi_topo).validate(df)
+        outcomes.add("frame")
+    assert outcomes == {"error", "frame"}  # early cuts hold no NCCL line / no matrix row; later ones do
