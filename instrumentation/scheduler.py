@@ -14,6 +14,7 @@ This module knows nothing about sweeps; :mod:`instrumentation.slurm` builds on i
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ __all__ = [
     "JobState",
     "SchedulerError",
     "available",
+    "configured",
     "job_exit_code",
     "job_states",
     "probe_cluster",
@@ -85,9 +87,23 @@ class ClusterInfo:
     partition: str | None
 
 
+#: Where SLURM's clients look for the configuration when ``SLURM_CONF`` is unset (Debian,
+#: older Debian, and the cache of a configless slurmd).
+_CONFIG_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/run/slurm/conf/slurm.conf")
+
+
 def available() -> bool:
     """Are the SLURM client commands on PATH?"""
     return all(shutil.which(c) for c in ("sbatch", "squeue", "scontrol", "sinfo"))
+
+
+def configured() -> bool:
+    """Is there a configuration file for the clients? (Without one, ``sinfo`` retries for a
+    minute before it fails; a configless cluster found through DNS has none either.)"""
+    conf = os.environ.get("SLURM_CONF")
+    if conf:
+        return Path(conf).is_file()
+    return any(Path(p).is_file() for p in _CONFIG_PATHS)
 
 
 def _run(cmd: Sequence[str], *, timeout_s: float = COMMAND_TIMEOUT_S, cwd: Path | None = None) -> str:
@@ -106,14 +122,17 @@ def _run(cmd: Sequence[str], *, timeout_s: float = COMMAND_TIMEOUT_S, cwd: Path 
     return proc.stdout
 
 
-def probe_cluster(partition: str | None = None, *, timeout_s: float = 15.0) -> ClusterInfo | None:
-    """What the cluster (or ``partition``) offers per node, or ``None`` where no cluster answers.
+def probe_cluster(partition: str | None = None, *, timeout_s: float = 15.0,
+                  require_config: bool = True) -> ClusterInfo | None:
+    """What the cluster (or ``partition``) offers per node, or ``None`` where no cluster answers
+    (or, with ``require_config``, where no configuration file is found: see :func:`configured`).
 
     From ``sinfo -o '%c|%G|%P'`` (CPUs and GRES of the partition's nodes; the smallest node
     counts) and ``scontrol show config`` (``TaskPlugin``: ``task/affinity`` or ``task/cgroup``
     can bind tasks to CPUs, ``task/none`` cannot; ``ClusterName``).
     """
-    if not available():
+    conf = os.environ.get("SLURM_CONF")
+    if not available() or (conf and not Path(conf).is_file()) or (require_config and not configured()):
         return None
     cmd = ["sinfo", "-h", "-o", "%c|%G|%P"] + (["-p", partition] if partition else [])
     try:

@@ -346,7 +346,7 @@ def check_options(args: argparse.Namespace) -> None:
         _checked("--module", m, _PRINTABLE)
     info = None
     if None in (args.gpus_per_node, args.cpus_per_node, args.gpu_request, args.cpu_bind) or args.submit:
-        info = scheduler.probe_cluster(args.partition)
+        info = scheduler.probe_cluster(args.partition, require_config=not args.submit)
     if args.submit and info is None:
         raise ValueError("--submit: no SLURM cluster answers here (sinfo failed or is not installed; "
                          "is SLURM_CONF set?)")

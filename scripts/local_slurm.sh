@@ -18,6 +18,7 @@
 # visible to squeue/scontrol for MinJobAge = 1 h), KillWait 5 s.
 # Exit status: 0 started (or already running), 1 cannot start (the reason on stderr).
 set -uo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"  # the daemons live in sbin, which a user's PATH may lack
 
 cmd="${1:-}"
 DIR="${2:-${SCALESCOPE_SLURM_DIR:-/tmp/scalescope-slurm}}"

@@ -16,7 +16,7 @@ done
 # Debian's SLURM 22.05: slurmctld + slurmd + client commands, their plugins (mpi/pmix,
 # task/affinity, select/cons_tres) and munge for authentication.
 for pair in munged:munge slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client; do
-  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+  PATH="$PATH:/usr/sbin:/sbin" command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [[ " ${need[*]} " == *" slurmd "* ]] && need+=(slurm-wlm-basic-plugins)
 (( ${#need[@]} )) || exit 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from instrumentation import experiment as sweep_experiment
 from instrumentation import slurm, sweep
 from instrumentation.sweep import RunSpec
 
@@ -207,3 +209,32 @@ def test_wait_needs_submit(tmp_path):
                            "--out", str(tmp_path / "X"), "--", "python", "t.py"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2 and "--wait needs --submit" in proc.stderr, proc.stderr
+
+
+def test_submit_without_a_cluster_is_one_clear_error(tmp_path):
+    out = tmp_path / "X"
+    env = {**os.environ, "SLURM_CONF": str(tmp_path / "no-such" / "slurm.conf")}
+    proc = subprocess.run([sys.executable, "-m", "instrumentation.sweep", "--slurm", "--submit", "--out", str(out),
+                           "--", "python", "t.py"], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert proc.returncode == 2
+    assert "--submit: no SLURM cluster answers here" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_status_of_a_local_experiment_and_of_no_experiment(tmp_path):
+    out = tmp_path / "EXP"
+    spec, failed = RunSpec("baseline", 1, None, 1), RunSpec("ddp-gloo", 2, None, 1)
+    (out / failed.run_id).mkdir(parents=True)
+    (out / failed.run_id / "stderr.log").write_text("boom: deliberate failure\n")
+    exp = sweep_experiment.Experiment.open(out, command=["x"], script=["t.py"], plan=[spec, failed], experiment="EXP")
+    exp.set(sweep_experiment.finalize_run(out / failed.run_id, failed, exit_code=3, experiment="EXP", command=[]))
+    cli = [sys.executable, "-m", "analysis.cli", "status"]
+    proc = subprocess.run([*cli, str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:-1]}
+    assert rows["baseline_np1_r1"][1:4] == ["pending", "-", "-"]
+    assert rows["ddp-gloo_np2_r1"][1:4] == ["failed", "-", "-"]
+    assert "boom: deliberate failure" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "2 runs: 1 failed, 1 pending"
+    missing = subprocess.run([*cli, str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert missing.returncode == 1 and "no experiment.json" in missing.stderr and "Traceback" not in missing.stderr
