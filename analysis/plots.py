@@ -661,3 +661,198 @@ def plot_timeline(events: pd.DataFrame, *, steps: Sequence[int] | None = None, m
     fig.update_layout(title=title, barmode="overlay", xaxis_title="time since the first shown step (ms)",
                       yaxis_title="track", yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]})
     return apply_theme(fig)
+
+
+# ---------------------------------------------------------------- issue 13: partitions, sizes, batch and LR
+
+def plot_speedup_slopes(fit: pd.DataFrame, *, by: str | Sequence[str] = "partition",
+                        title: str = "Speedup per added rank") -> go.Figure:
+    """The fitted speedup per added rank of each group (bars) with its confidence interval
+    (:func:`analysis.metrics.scaling.fit_speedup`), e.g. one bar per partition as in the
+    reference study's 0.45 / 0.28 / 0.38 table."""
+    _need(fit, ["slope_per_rank", "slope_ci_low", "slope_ci_high"], "plot_speedup_slopes")
+    labels = [_group_label(r, by) or "all" for _, r in fit.iterrows()]
+    fig = go.Figure(go.Bar(
+        x=labels, y=fit["slope_per_rank"].tolist(), marker_color=PALETTE[0], name="slope",
+        error_y={"type": "data", "symmetric": False,
+                 "array": (fit["slope_ci_high"] - fit["slope_per_rank"]).fillna(0).tolist(),
+                 "arrayminus": (fit["slope_per_rank"] - fit["slope_ci_low"]).fillna(0).tolist()}))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#000000", annotation_text="ideal (1 per rank)")
+    level = f"{fit['confidence'].iloc[0]:.0%} " if "confidence" in fit.columns and len(fit) else ""
+    fig.update_layout(title=title)
+    fig.update_xaxes(title_text=" · ".join([by] if isinstance(by, str) else list(by)), type="category")
+    fig.update_yaxes(title_text=f"speedup per added rank (×/rank, {level}interval)", rangemode="tozero")
+    return apply_theme(fig)
+
+
+def plot_strong_weak(table: pd.DataFrame, *, by: str | Sequence[str] = "config_backend",
+                     title: str = "Strong and weak scaling") -> go.Figure:
+    """Epoch time (left) against ranks with each mode's own ideal (dotted: T(n0)·n0/n for
+    strong, T(n0) for weak) and efficiency (right, %)
+    (:func:`analysis.metrics.sizes.strong_weak_table`)."""
+    _need(table, ["scaling", "n_ranks", "epoch_time_s_median", "ideal_epoch_time_s", "efficiency_frac"],
+          "plot_strong_weak")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "efficiency"), horizontal_spacing=0.12)
+    cols = ["scaling", *([by] if isinstance(by, str) else list(by))]
+    for i, (key, g) in enumerate(_groups(table, cols)):
+        g = g.sort_values("n_ranks")
+        colour = PALETTE[i % len(PALETTE)]
+        name = str(key)
+        fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=g["epoch_time_s_median"].tolist(), mode="lines+markers",
+                                 name=name, legendgroup=name, line={"color": colour}), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=g["ideal_epoch_time_s"].tolist(), mode="lines",
+                                 name=f"ideal {name}", legendgroup=name, line={"color": colour, "dash": "dot"}),
+                      row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=(g["efficiency_frac"] * 100).tolist(),
+                                 mode="lines+markers", name=name, legendgroup=name, showlegend=False,
+                                 line={"color": colour}), row=1, col=2)
+    fig.add_hline(y=100.0, line_dash="dot", line_color="#000000", row=1, col=2)
+    fig.update_layout(title=title)
+    fig.update_xaxes(title_text=RANKS_TITLE)
+    fig.update_yaxes(title_text="epoch time (s, median over repeats)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="efficiency (%, each mode against its ideal)", row=1, col=2, rangemode="tozero")
+    return apply_theme(fig, width=1000)
+
+
+def plot_input_size(table: pd.DataFrame, *, by: str | Sequence[str] = ("config_backend", "n_ranks"),
+                    limit: pd.DataFrame | None = None, size_label: str = "input size",
+                    title: str = "Throughput against input size") -> go.Figure:
+    """Throughput (samples/s) against the input size on a log x axis; sizes whose runs ran
+    out of memory are marked with a cross on the axis, and the memory limit
+    (:func:`analysis.metrics.sizes.memory_limit`) as a dashed line
+    (:func:`analysis.metrics.sizes.input_size_table`)."""
+    _need(table, ["size", "throughput_samples_per_s", "n_oom"], "plot_input_size")
+    fig = go.Figure()
+    for i, (key, g) in enumerate(_groups(table, by)):
+        g = g.sort_values("size")
+        colour = PALETTE[i % len(PALETTE)]
+        name = str(key) if key is not None else "measured"
+        ok = g[g["throughput_samples_per_s"].notna()]
+        fig.add_trace(go.Scatter(x=ok["size"].tolist(), y=ok["throughput_samples_per_s"].tolist(),
+                                 mode="lines+markers", name=name, line={"color": colour}))
+        oom = g[g["n_oom"] > 0]
+        if len(oom):
+            fig.add_trace(go.Scatter(x=oom["size"].tolist(), y=[0.0] * len(oom), mode="markers",
+                                     name=f"out of memory ({name})",
+                                     marker={"symbol": "x", "size": 12, "color": colour}))
+    if limit is not None:
+        for _, r in limit.iterrows():
+            if np.isfinite(r.get("largest_ok", np.nan)):
+                fig.add_vline(x=float(r["largest_ok"]), line_dash="dash", line_color="#666666",
+                              annotation_text=f"largest that fits: {r['largest_ok']:g}")
+    fig.update_layout(title=title)
+    fig.update_xaxes(title_text=size_label, type="log")
+    fig.update_yaxes(title_text="throughput (samples/s)", rangemode="tozero")
+    return apply_theme(fig)
+
+
+def plot_batch_speedup(table: pd.DataFrame, *, by: str = "config_backend",
+                       title: str = "Speedup over the reference batch at one rank") -> go.Figure:
+    """Epoch-time speedup against the per-rank batch size (log x), 1 at the reference
+    batch (:func:`analysis.metrics.batch.batch_speedup`)."""
+    _need(table, ["batch_size", "speedup"], "plot_batch_speedup")
+    fig = go.Figure()
+    for key, g in _groups(table, by):
+        g = g.sort_values("batch_size")
+        fig.add_trace(go.Scatter(x=g["batch_size"].tolist(), y=g["speedup"].tolist(), mode="lines+markers",
+                                 name=str(key) if key is not None else "measured"))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#000000")
+    fig.update_layout(title=title)
+    fig.update_xaxes(title_text="batch size per rank (samples)", type="log")
+    fig.update_yaxes(title_text="speedup (×, epoch time at the reference batch / epoch time)", rangemode="tozero")
+    return apply_theme(fig)
+
+
+def plot_equal_batch(table: pd.DataFrame, *, title: str = "The same global batch on 1 and on N ranks") -> go.Figure:
+    """Epoch time (s, left) and final validation loss (right, log) of each way to reach a
+    global batch (:func:`analysis.metrics.batch.equal_batch_comparison`)."""
+    _need(table, ["global_batch_size", "n_ranks", "batch_size", "epoch_time_s", "final_val_loss"],
+          "plot_equal_batch")
+    t = table.sort_values(["global_batch_size", "n_ranks"])
+    lr = t["lr_scaling"].astype(str) if "lr_scaling" in t.columns else pd.Series("", index=t.index)
+    t = t.assign(_x=[f"{int(r.n_ranks)} × {int(r.batch_size)}" for r in t.itertuples()], _lr=lr)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "final validation loss"))
+    for i, (rule, g) in enumerate(t.groupby("_lr", sort=True)):
+        name = f"lr {rule}" if rule else "runs"
+        colour = PALETTE[i % len(PALETTE)]
+        fig.add_trace(go.Bar(name=name, x=g["_x"].tolist(), y=g["epoch_time_s"].tolist(), marker_color=colour,
+                             legendgroup=name), row=1, col=1)
+        fig.add_trace(go.Bar(name=name, x=g["_x"].tolist(), y=g["final_val_loss"].tolist(), marker_color=colour,
+                             legendgroup=name, showlegend=False), row=1, col=2)
+    fig.update_layout(barmode="group", title=title)
+    fig.update_xaxes(title_text="ranks × batch per rank", type="category")
+    fig.update_yaxes(title_text="epoch time (s)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="validation MSE (log)", row=1, col=2, type="log")
+    return apply_theme(fig, width=1000)
+
+
+def plot_lr_curves(table: pd.DataFrame, *, x: str = "epoch", metric: str = "val_loss",
+                   by: Sequence[str] = ("lr_scaling", "n_ranks", "batch_size"), budget_s: float | None = None,
+                   title: str | None = None) -> go.Figure:
+    """Validation loss (MSE, log axis) against epochs (``x="epoch"``) or training time
+    (``x="wall_s"``), one line per learning-rate rule and configuration with the min-max
+    band over repeats (:func:`analysis.metrics.batch.lr_rule_curves`); ``budget_s`` draws a
+    fixed time budget."""
+    med, lo, hi = f"{metric}_median", f"{metric}_min", f"{metric}_max"
+    _need(table, ["epoch", "wall_s_median", med, lo, hi], "plot_lr_curves")
+    if x not in ("epoch", "wall_s"):
+        raise ScalescopeError("x must be 'epoch' or 'wall_s'")
+    xcol = "epoch" if x == "epoch" else "wall_s_median"
+    fig = go.Figure()
+    for i, (key, g) in enumerate(_groups(table, by)):
+        g = g.sort_values("epoch")
+        colour = PALETTE[i % len(PALETTE)]
+        name = str(key) if key is not None else metric
+        xs = g[xcol].tolist()
+        fig.add_trace(go.Scatter(x=xs + xs[::-1], y=g[hi].tolist() + g[lo].tolist()[::-1], fill="toself",
+                                 fillcolor=colour, opacity=0.15, line={"width": 0}, hoverinfo="skip",
+                                 showlegend=False, legendgroup=name))
+        fig.add_trace(go.Scatter(x=xs, y=g[med].tolist(), mode="lines+markers", name=name, legendgroup=name,
+                                 line={"color": colour}))
+    if budget_s is not None and x == "wall_s":
+        fig.add_vline(x=budget_s, line_dash="dash", line_color="#666666", annotation_text="time budget")
+    label = {"val_loss": "validation MSE", "train_loss": "training MSE"}.get(metric, metric)
+    fig.update_layout(title=title or f"{label} against {'epochs' if x == 'epoch' else 'training time'}")
+    fig.update_xaxes(title_text="epoch" if x == "epoch" else "training time (s)")
+    fig.update_yaxes(title_text=f"{label} (log; median, band min-max over repeats)", type="log")
+    return apply_theme(fig)
+
+
+def plot_gpu_lines(timeline: pd.DataFrame, *, title: str = "Each GPU of the run over time") -> go.Figure:
+    """Utilisation (%), memory used (MiB) and power (W) against time, one line per GPU
+    (:func:`analysis.metrics.utilization.gpu_timeline`)."""
+    _need(timeline, ["gpu", "t_s"], "plot_gpu_lines")
+    panels = [(m, t) for m, t in (("util_gpu_pct", "GPU utilisation (%)"), ("mem_used_mib", "memory used (MiB)"),
+                                  ("power_w", "power (W)")) if m in timeline.columns and timeline[m].notna().any()]
+    if not panels:
+        raise ScalescopeError("plot_gpu_lines: the timeline has no GPU metric (util_gpu_pct, mem_used_mib, power_w)")
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.06)
+    for i, (gpu, g) in enumerate(timeline.groupby("gpu", sort=True)):
+        colour = PALETTE[i % len(PALETTE)]
+        for row, (m, _) in enumerate(panels, start=1):
+            fig.add_trace(go.Scatter(x=g["t_s"].tolist(), y=g[m].tolist(), mode="lines", name=f"GPU {gpu}",
+                                     legendgroup=str(gpu), showlegend=row == 1, line={"color": colour}),
+                          row=row, col=1)
+    for row, (_, t) in enumerate(panels, start=1):
+        fig.update_yaxes(title_text=t, row=row, col=1, rangemode="tozero")
+    fig.update_xaxes(title_text="time since the first sample (s)", row=len(panels), col=1)
+    fig.update_layout(title=title)
+    return apply_theme(fig, height=260 * len(panels) + 150)
+
+
+def plot_gpu_memory_phases(table: pd.DataFrame, *,
+                           title: str = "GPU memory before and during training") -> go.Figure:
+    """Memory used (MiB) of each GPU before training and at its peak during training
+    (:func:`analysis.metrics.utilization.gpu_memory_phases`)."""
+    _need(table, ["run_id", "host", "device", "mem_before_mib", "mem_during_mib"], "plot_gpu_memory_phases")
+    t = table.sort_values(["run_id", "host", "device"])
+    labels = [f"{r.run_id} · {r.host}:{int(r.device)}" + (f" (rank {int(r.rank)})" if "rank" in t.columns
+                                                           and pd.notna(r.rank) else "") for r in t.itertuples()]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(name="before training", x=labels, y=t["mem_before_mib"].tolist(), marker_color=PALETTE[5]))
+    fig.add_trace(go.Bar(name="peak during training", x=labels, y=t["mem_during_mib"].tolist(),
+                         marker_color=PALETTE[0]))
+    fig.update_layout(barmode="group", title=title)
+    fig.update_xaxes(title_text="run · GPU", type="category")
+    fig.update_yaxes(title_text="GPU memory used (MiB)", rangemode="tozero")
+    return apply_theme(fig)

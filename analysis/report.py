@@ -272,8 +272,10 @@ def _study_usage(ctx: _Context) -> Section:
         raise Skip(f"the samples could not be read: {exc}") from None
     if samples.empty:
         raise Skip("no NVML or CPU samples (samples-<host>.csv) in the runs")
-    usage = M.device_usage(samples)
+    rank_devices = ctx.rs.rank_devices
+    usage = M.device_usage(samples, rank_devices=rank_devices)
     by_ranks = M.usage_by_ranks(usage, _runs(ctx))
+    _own_gpus(ctx, sec, samples, rank_devices)
     sec.figures.append(("device_usage", P.plot_device_usage(by_ranks, boundaries=M.node_boundaries(_runs(ctx)))))
     sec.tables.append(("device_usage", by_ranks, "Means over devices / processes / nodes and runs; *_jump is the "
                                                  "change where a node joins."))
@@ -282,6 +284,33 @@ def _study_usage(ctx: _Context) -> Section:
         sec.tables.append(("comm_path", paths, "The communication path of each backend and rank count (NCCL "
                                                "transports per link class from its logs; Gloo/MPI from the manifest)."))
     return sec
+
+
+def _own_gpus(ctx: _Context, sec: Section, samples: pd.DataFrame, rank_devices: pd.DataFrame) -> None:
+    """Per-GPU lines of the largest run, memory before against during training, idle GPUs."""
+    if not samples["device"].notna().any():
+        sec.notes.append("No GPU was sampled (CPU runs): the per-GPU figures are not shown.")
+        return
+    idle = M.idle_devices(samples, rank_devices)
+    if len(idle):
+        sec.tables.append(("idle_gpus", idle, "GPUs the node samplers saw that no rank of the run used (left out "
+                                              "of the usage above)."))
+    if rank_devices.empty:
+        sec.notes.append("The runs record no rank-to-GPU mapping: every sampled GPU is counted.")
+    runs = _runs(ctx)
+    big = runs.sort_values("n_ranks", kind="stable")["run_id"].iloc[-1]
+    lines = M.gpu_timeline(samples, rank_devices if len(rank_devices) else None, run_id=big)
+    if len(lines):
+        sec.figures.append(("gpu_lines", P.plot_gpu_lines(lines, title=f"Each GPU of {big} over time")))
+    try:
+        start = M.training_start(ctx.need_events())
+    except Skip:
+        return
+    mem = M.gpu_memory_phases(samples, rank_devices, start)
+    if len(mem):
+        sec.figures.append(("gpu_memory_phases", P.plot_gpu_memory_phases(mem)))
+        sec.tables.append(("gpu_memory_phases", mem, "extra_vs_others_mib: this GPU's peak minus the median peak "
+                                                     "of the run's other GPUs (rank 0's GPU often holds more)."))
 
 
 def _comm_paths(runs: pd.DataFrame) -> pd.DataFrame:
@@ -351,7 +380,48 @@ def _study_batch(ctx: _Context) -> Section:
     lr = _runs(ctx)[["run_id", "batch_size", "global_batch_size", "learning_rate", "lr_scaling"]]
     if lr["learning_rate"].notna().any():
         sec.tables.append(("learning_rates", lr, "Learning rate used by each run and its scaling rule."))
+    _batch_reference(ctx, sec)
     return sec
+
+
+def _batch_reference(ctx: _Context, sec: Section) -> None:
+    """The reference study's batch figures: speedup over batch 75 at one rank, the same global
+    batch on 1 and on N ranks, and validation MSE per learning-rate rule with repeats combined."""
+    pr = ctx.per_run
+    sp = M.batch_speedup(pr, reference_batch=REFERENCE_BATCH)
+    if sp["speedup"].notna().any() and sp["batch_size"].nunique() >= 2:
+        sec.figures.append(("batch_speedup", P.plot_batch_speedup(sp)))
+        sec.tables.append(("batch_speedup", sp, f"Speedup = T(batch {REFERENCE_BATCH}) / T(batch), one rank."))
+    epochs = ctx.rs.epochs
+    if not (len(epochs) and epochs["val_loss"].notna().any()):
+        sec.notes.append("No validation loss recorded: no learning-rate curves.")
+        return
+    curves = M.validation_curves(epochs, _runs(ctx))
+    curves = curves[curves["val_loss"].notna()]
+    eq = M.equal_batch_comparison(pr, final=M.final_losses(curves))
+    if len(eq):
+        sec.figures.append(("equal_batch", P.plot_equal_batch(eq)))
+        sec.tables.append(("equal_batch", eq, "The same global batch reached with different rank counts "
+                                              "(e.g. 1 rank × 150 against 2 ranks × 75)."))
+    lr = M.lr_rule_curves(curves)
+    sec.figures.append(("lr_loss_epochs", P.plot_lr_curves(lr, x="epoch")))
+    budget = _time_budget(_runs(ctx))
+    sec.figures.append(("lr_loss_time", P.plot_lr_curves(lr, x="wall_s", budget_s=budget)))
+    target = float(curves.groupby("run_id")["val_loss"].min().max())
+    ttt = M.time_to_target(curves, target=target)
+    sec.tables.append(("time_to_target", ttt, f"Training time until the validation MSE first reaches {target:.4g} "
+                                              "(the worst run's best value, so every run reaches it)."))
+    if budget is not None:
+        sec.notes.append(f"The runs had a fixed time budget of {budget:g} s of training (--time-budget).")
+
+
+#: The reference study's single-GPU batch size (speedups over batch size are relative to it).
+REFERENCE_BATCH = 75
+
+
+def _time_budget(runs: pd.DataFrame) -> float | None:
+    vals = runs["time_budget_s"].dropna() if "time_budget_s" in runs.columns else pd.Series(dtype=float)
+    return float(vals.max()) if len(vals) else None
 
 
 def _study_memory(ctx: _Context) -> Section:
@@ -445,6 +515,81 @@ def _study_stragglers(ctx: _Context) -> Section:
     return sec
 
 
+def _placement_axis(pr: pd.DataFrame) -> str:
+    for col in ("partition", "cluster", "gpu_model"):
+        if col in pr.columns and pr[col].nunique() >= 2:
+            return col
+    raise Skip("needs runs on two or more clusters or partitions (SLURM's partition, or "
+               "scalescope sweep --label partition=...)")
+
+
+def _study_clusters(ctx: _Context) -> Section:
+    sec = Section(intro="The same workload on several clusters or partitions: speedup of each against one "
+                  "baseline (the first partition's one-process run without a framework, as the reference study "
+                  "measured every partition against one baseline), the fitted speedup per added rank with its "
+                  "95 % interval, and where each partition's ranks spill onto another node.")
+    pr = ctx.per_run
+    axis = _placement_axis(pr)
+    first = sorted(pr[axis].dropna().unique())[0]
+    base = {axis: first, "framework": "none"}
+    if not ((pr[axis] == first) & (pr["framework"] == "none")).any():
+        base = {axis: first, "n_ranks": int(pr.loc[pr[axis] == first, "n_ranks"].min())}
+        sec.notes.append(f"{axis} {first} has no run without a framework: its fewest-rank runs are the baseline.")
+    by = (axis, "config_backend", "batch_size")
+    try:
+        table = M.scaling_table(pr, baseline=base, by=by)
+        points = M.run_speedups(pr, baseline=base, by=by)
+    except ScalescopeError as exc:
+        raise Skip(str(exc)) from None
+    sec.notes.append(f"Baseline: {', '.join(f'{k}={v}' for k, v in base.items())}.")
+    fw = table[table["framework"] != "none"]
+    fit = M.fit_speedup(points[points["framework"] != "none"], by=(axis, "config_backend"))
+    bounds = M.node_boundaries(_runs(ctx), by=(axis,))
+    sec.figures.append(("clusters_scaling", P.plot_scaling(fw, fit=fit, boundaries=bounds,
+                                                           by=(axis, "config_backend"),
+                                                           title=f"Speedup per {axis} against one baseline")))
+    sec.figures.append(("clusters_slopes", P.plot_speedup_slopes(fit, by=(axis, "config_backend"))))
+    sec.tables.append(("clusters_slopes", fit, "Speedup per added rank (least squares, Student-t interval)."))
+    sec.tables.append(("clusters_scaling", table, f"Against one baseline ({first})."))
+    what = [c for c in ("cluster", "partition", "gpu_model", "gpus_per_node", "nodes", "labels") if c in pr.columns]
+    sec.tables.append(("clusters_what_differs", pr[[axis, *[c for c in what if c != axis]]].drop_duplicates()
+                       .sort_values(axis).reset_index(drop=True), f"What each {axis} is, as recorded."))
+    return sec
+
+
+def _study_strong_weak(ctx: _Context) -> Section:
+    sec = Section(intro="Strong scaling keeps the dataset fixed, so the ideal epoch time falls as T(n0)·n0/n; weak "
+                  "scaling (scalescope sweep --scaling weak) grows the dataset with the ranks, so the ideal epoch "
+                  "time stays T(n0). Efficiency is measured against each mode's own ideal.")
+    pr = ctx.per_run
+    if "scaling" not in pr.columns or (pr["scaling"] == "weak").sum() == 0:
+        raise Skip("no weak-scaling runs (scalescope sweep --scaling weak)")
+    try:
+        t = M.strong_weak_table(pr)
+    except ScalescopeError as exc:
+        raise Skip(str(exc)) from None
+    sec.figures.append(("strong_weak", P.plot_strong_weak(t[t["framework"] != "none"])))
+    sec.tables.append(("strong_weak", t, "Epoch time, each mode's ideal, speedup and efficiency."))
+    return sec
+
+
+def _study_input_size(ctx: _Context) -> Section:
+    sec = Section(intro="Throughput against an input size swept with --vary or searched with --find-max, and the "
+                  "largest size that fits in memory: runs that ran out of memory are marked at their size.")
+    runs = ctx.rs.runs
+    axes = M.size_axes(runs)
+    if not axes:
+        raise Skip("no numeric --vary / --find-max axis with two or more values")
+    for size in axes:
+        t = M.input_size_table(runs, ctx.per_run, size=size)
+        name = size.removeprefix("vary_")
+        lim = M.memory_limit(t, find_max=[r for r in M.find_max_records(runs) if r.get("name") == name])
+        sec.figures.append((f"input_size_{name}", P.plot_input_size(t, limit=lim, size_label=f"--{name}")))
+        sec.tables.append((f"input_size_{name}", t, "Throughput per size; n_oom: runs that ran out of memory."))
+        sec.tables.append((f"memory_limit_{name}", lim, "Largest size that fitted, smallest that did not."))
+    return sec
+
+
 #: The report's studies in order: (key, title, function); a function raises Skip to say why
 #: its study cannot run on this experiment.
 STUDIES: tuple[tuple[str, str, Callable[[_Context], Section]], ...] = (
@@ -460,6 +605,9 @@ STUDIES: tuple[tuple[str, str, Callable[[_Context], Section]], ...] = (
     ("memory", "8. Compute against weight update, and memory per rank", _study_memory),
     ("model", "9. What-if: alpha-beta ring-allreduce model", _study_model),
     ("stragglers", "10. Stragglers", _study_stragglers),
+    ("clusters", "11. Clusters and partitions", _study_clusters),
+    ("strong_weak", "12. Strong and weak scaling", _study_strong_weak),
+    ("input_size", "13. Input size and the memory limit", _study_input_size),
 )
 
 

@@ -61,6 +61,7 @@ RUN_COLUMNS: dict[str, str] = {
     "scaling": "object",
     "data_scale": "Int64",
     "dataset_size": "Int64",
+    "time_budget_s": "float64",
     "n_params": "Int64",
     "sampler_kind": "object",
     "sampler_interval_s": "float64",
@@ -87,6 +88,71 @@ EPOCH_COLUMNS: dict[str, str] = {
     "peak_mem_kind": "object",
     "wall_ns": "Int64",
 }
+
+
+#: Which GPU each rank used (``run.json`` ``ranks`` and ``sampler.hosts``).
+RANK_DEVICE_COLUMNS: dict[str, str] = {
+    "run_id": "object",
+    "rank": "Int32",
+    "local_rank": "Int32",
+    "host": "object",
+    "torch_device": "Int16",
+    "gpu_uuid": "object",
+    "device": "Int16",
+    "device_from": "object",
+}
+
+
+def _uuid(value: object) -> str | None:
+    if not value:
+        return None
+    return str(value).lower().removeprefix("gpu-")
+
+
+def read_rank_devices(run_dir: str | os.PathLike[str], *, run_id: str | None = None) -> pd.DataFrame:
+    """The GPU of every rank of one run, as the sampler numbers it (NVML's index).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per rank with a GPU: the columns of :data:`RANK_DEVICE_COLUMNS`;
+        ``torch_device`` is torch's index (within ``CUDA_VISIBLE_DEVICES``), ``device`` the
+        NVML index the samples carry, ``device_from`` says how it was matched (``uuid``,
+        ``cuda_visible_devices`` or ``same_index``). Empty for CPU runs.
+
+    Notes
+    -----
+    The rank's GPU UUID (torch) is looked up among the devices NVML listed on its host;
+    without a match, ``CUDA_VISIBLE_DEVICES`` maps torch's index to the physical one; without
+    that, both indices are taken to be the same.
+    """
+    run_dir = Path(run_dir)
+    m = _load_json(run_dir / "run.json", "scalescope.run")
+    rid = run_id or m.get("run_id") or run_dir.name
+    hosts = ((m.get("sampler") or {}).get("hosts") or {})
+    rows = []
+    for r in m.get("ranks") or []:
+        if not isinstance(r, dict) or r.get("device") is None:
+            continue
+        host = r.get("host")
+        nvml = (hosts.get(host) or {}).get("devices") or []
+        by_uuid = {_uuid(d.get("uuid")): d.get("index") for d in nvml if isinstance(d, dict) and d.get("uuid")}
+        device, how = by_uuid.get(_uuid(r.get("gpu_uuid"))), "uuid"
+        if device is None:
+            visible = [v.strip() for v in str(r.get("cuda_visible_devices") or "").split(",") if v.strip()]
+            if visible and all(v.isdigit() for v in visible) and int(r["device"]) < len(visible):
+                device, how = int(visible[int(r["device"])]), "cuda_visible_devices"
+            else:
+                device, how = int(r["device"]), "same_index"
+        rows.append({"run_id": rid, "rank": r.get("rank"), "local_rank": r.get("local_rank"), "host": host,
+                     "torch_device": r.get("device"), "gpu_uuid": r.get("gpu_uuid"), "device": device,
+                     "device_from": how})
+    if not rows:
+        return _empty(RANK_DEVICE_COLUMNS)
+    df = pd.DataFrame(rows)
+    for col, dtype in RANK_DEVICE_COLUMNS.items():
+        df[col] = df[col].astype(object) if dtype == "object" else pd.to_numeric(df[col]).astype(dtype)
+    return df.sort_values("rank").reset_index(drop=True)
 
 
 def _load_json(path: Path, fmt: str) -> dict:
@@ -221,6 +287,7 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         "scaling": config.get("scaling") or "strong",
         "data_scale": m.get("data_scale", config.get("data_scale", 1)),
         "dataset_size": m.get("dataset_size"),
+        "time_budget_s": m.get("time_budget_s"),
         "n_params": m.get("n_params"),
         "sampler_kind": sampler.get("kind"),
         "sampler_interval_s": sampler.get("interval_s"),
@@ -397,6 +464,7 @@ class RunSet:
         events: pd.DataFrame | None = None,
         samples: pd.DataFrame | None = None,
         epochs: pd.DataFrame | None = None,
+        rank_devices: pd.DataFrame | None = None,
         include_failed: bool = False,
     ):
         if "run_id" not in runs.columns:
@@ -405,7 +473,8 @@ class RunSet:
             dup = sorted(runs.loc[runs["run_id"].duplicated(), "run_id"].astype(str))
             raise ScalescopeError(f"duplicate run_id(s) in the runs table: {dup}")
         self._runs = runs.reset_index(drop=True)
-        self._tables: dict[str, pd.DataFrame | None] = {"events": events, "samples": samples, "epochs": epochs}
+        self._tables: dict[str, pd.DataFrame | None] = {"events": events, "samples": samples, "epochs": epochs,
+                                                        "rank_devices": rank_devices}
         self.include_failed = include_failed
 
     # ------------------------------------------------------------------ construction
@@ -461,6 +530,10 @@ class RunSet:
             if which == "epochs":
                 frames.append(read_epochs(row.path, run_id=row.run_id))
                 continue
+            if which == "rank_devices":
+                if (Path(row.path) / "run.json").is_file():
+                    frames.append(read_rank_devices(row.path, run_id=row.run_id))
+                continue
             from analysis.readers.scalescope import read_run_dir
 
             df = read_run_dir(row.path, kind=which)
@@ -469,9 +542,10 @@ class RunSet:
                 # the runs table's id is the key (it differs when two experiments collide)
                 df["run_id"] = schema._as_category(np.full(len(df), row.run_id, dtype=object), len(df))
             frames.append(df)
-        if which == "epochs":
+        if which in ("epochs", "rank_devices"):
+            cols = EPOCH_COLUMNS if which == "epochs" else RANK_DEVICE_COLUMNS
             frames = [f for f in frames if len(f)]
-            return pd.concat(frames, ignore_index=True) if frames else _empty(EPOCH_COLUMNS)
+            return pd.concat(frames, ignore_index=True) if frames else _empty(cols)
         if not frames:
             return schema.empty_events() if which == "events" else schema.empty_samples()
         return schema.concat(frames)
@@ -495,6 +569,11 @@ class RunSet:
     def epochs(self) -> pd.DataFrame:
         """Per-rank epoch metrics of the usable runs (:data:`EPOCH_COLUMNS`)."""
         return self._table("epochs")
+
+    @property
+    def rank_devices(self) -> pd.DataFrame:
+        """The GPU each rank of the usable runs used (:func:`read_rank_devices`)."""
+        return self._table("rank_devices")
 
     # ------------------------------------------------------------------ subsets
     def _subset(self, runs: pd.DataFrame) -> RunSet:

@@ -7,7 +7,16 @@ changes its inputs, and documents its formula in a ``Notes`` section.
 from __future__ import annotations
 
 from analysis.metrics.backend import backend_comparison
-from analysis.metrics.batch import batch_size_epoch_time, scaled_learning_rate, validation_curves
+from analysis.metrics.batch import (
+    batch_size_epoch_time,
+    batch_speedup,
+    equal_batch_comparison,
+    final_losses,
+    lr_rule_curves,
+    scaled_learning_rate,
+    time_to_target,
+    validation_curves,
+)
 from analysis.metrics.breakdown import (
     breakdown_by_ranks,
     ddp_comm_overlap,
@@ -36,26 +45,52 @@ from analysis.metrics.scaling import (
     run_summary,
     scaling_table,
 )
+from analysis.metrics.sizes import (
+    find_max_records,
+    input_size_table,
+    memory_limit,
+    size_axes,
+    strong_weak_table,
+)
 from analysis.metrics.stragglers import negotiation_stragglers, phase_stragglers, straggler_summary
 from analysis.metrics.sync import sync_cost, sync_scaling, sync_times
-from analysis.metrics.utilization import device_usage, usage_by_ranks
+from analysis.metrics.utilization import (
+    device_usage,
+    gpu_memory_phases,
+    gpu_timeline,
+    idle_devices,
+    own_samples,
+    training_start,
+    usage_by_ranks,
+)
 
 __all__ = [
     "backend_comparison",
     "batch_size_epoch_time",
+    "batch_speedup",
     "breakdown_by_ranks",
     "compute_update_breakdown",
     "ddp_comm_overlap",
     "device_usage",
     "epoch_times",
+    "equal_batch_comparison",
     "explain_loss",
+    "final_losses",
+    "find_max_records",
     "fit_alpha_beta",
     "fit_speedup",
     "framework_overhead",
+    "gpu_memory_phases",
     "gpu_time_breakdown",
+    "gpu_timeline",
     "horovod_allreduce",
+    "idle_devices",
+    "input_size_table",
+    "lr_rule_curves",
+    "memory_limit",
     "negotiation_stragglers",
     "node_boundaries",
+    "own_samples",
     "peak_memory",
     "phase_stragglers",
     "pipeline_bubble",
@@ -67,12 +102,16 @@ __all__ = [
     "scaled_learning_rate",
     "scaling_loss",
     "scaling_table",
+    "size_axes",
     "step_times",
     "straggler_summary",
+    "strong_weak_table",
     "sync_cost",
     "sync_scaling",
     "sync_times",
     "time_breakdown",
+    "time_to_target",
+    "training_start",
     "usage_by_ranks",
     "validation_curves",
     "warmup_count",

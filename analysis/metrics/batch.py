@@ -76,7 +76,7 @@ def validation_curves(epochs: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per (run, epoch): run metadata, ``epoch``, ``epoch_time_s`` (slowest rank),
+        One row per (run, epoch): run metadata (incl. ``lr_scaling`` and ``repeat``), ``epoch``, ``epoch_time_s`` (slowest rank),
         ``wall_s`` (cumulative training time at the end of the epoch), ``val_metric``,
         ``val_loss``, ``train_loss`` (rank 0's values, the ones a user would log).
 
@@ -93,7 +93,167 @@ def validation_curves(epochs: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     vals = e[e["rank"] == first_rank].set_index(["run_id", "epoch"])[["val_metric", "val_loss", "train_loss"]]
     out = pd.concat([times, vals], axis=1).reset_index()
     out["wall_s"] = out.groupby("run_id")["epoch_time_s"].cumsum()
-    meta = [c for c in ("run_id", "config_backend", "n_ranks", "batch_size", "global_batch_size", "learning_rate")
-            if c in runs.columns]
+    meta = [c for c in ("run_id", "experiment", "partition", "config_backend", "n_ranks", "batch_size",
+                        "global_batch_size", "learning_rate", "lr_scaling", "repeat") if c in runs.columns]
     out = runs[meta].merge(out, on="run_id", how="inner")
     return out
+
+
+def batch_speedup(per_run: pd.DataFrame, *, reference_batch: int = 75, n_ranks: int = 1,
+                  by: Sequence[str] = ("config_backend",)) -> pd.DataFrame:
+    """Epoch-time speedup of each per-rank batch size over the reference batch at one rank count.
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`batch_size_epoch_time` plus ``reference_epoch_time_s`` and ``speedup``
+        (NaN for a configuration without a run at ``reference_batch``).
+
+    Notes
+    -----
+    speedup(B) = T(B_ref) / T(B), medians over repeats; the reference study's B_ref is 75
+    (its single-GPU batch).
+
+    Examples
+    --------
+    >>> pr = pd.DataFrame({"config_backend": "none", "n_ranks": 1, "batch_size": [75, 150],
+    ...                    "epoch_time_s": [4.0, 2.5], "throughput_samples_per_s": [250.0, 400.0]})
+    >>> batch_speedup(pr)["speedup"].tolist()
+    [1.0, 1.6]
+    """
+    t = batch_size_epoch_time(per_run, n_ranks=n_ranks, by=by)
+    ref = t[t["batch_size"] == reference_batch].set_index(list(by))["epoch_time_s"]
+    keys = t.set_index(list(by)).index
+    t["reference_epoch_time_s"] = keys.map(ref).to_numpy(float) if len(ref) else float("nan")
+    t["speedup"] = t["reference_epoch_time_s"] / t["epoch_time_s"]
+    return t
+
+
+def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Runs with the same global batch size reached differently (1 rank x 150 against
+    2 ranks x 75): epoch time, throughput and, when given, the final validation loss.
+
+    Parameters
+    ----------
+    per_run
+        :func:`analysis.metrics.scaling.run_summary`.
+    final
+        Optional :func:`final_losses` (``run_id``, ``final_val_loss``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (``global_batch_size``, ``n_ranks``, ``batch_size``, ``config_backend``,
+        ``lr_scaling``) whose global batch was run with at least two rank counts:
+        ``n_runs``, ``epoch_time_s`` (median), ``throughput_samples_per_s`` (median),
+        ``final_val_loss`` (median; NaN without ``final``), ``relative_epoch_time``
+        (epoch time / that of the fewest ranks with the same global batch).
+    """
+    keys = [c for c in ("global_batch_size", "n_ranks", "batch_size", "config_backend", "lr_scaling")
+            if c in per_run.columns]
+    require_columns(per_run, ("global_batch_size", "n_ranks", "epoch_time_s", "throughput_samples_per_s"),
+                    "equal_batch_comparison")
+    pr = per_run
+    if final is not None:
+        pr = pr.merge(final[["run_id", "final_val_loss"]], on="run_id", how="left")
+    else:
+        pr = pr.assign(final_val_loss=float("nan"))
+    multi = pr.groupby("global_batch_size")["n_ranks"].transform("nunique") > 1
+    out = (pr[multi].groupby(keys, sort=True, dropna=False)
+           .agg(n_runs=("epoch_time_s", "size"), epoch_time_s=("epoch_time_s", "median"),
+                throughput_samples_per_s=("throughput_samples_per_s", "median"),
+                final_val_loss=("final_val_loss", "median"))
+           .reset_index())
+    if out.empty:
+        return out.assign(relative_epoch_time=pd.Series(dtype=float))
+    fewest = out.sort_values("n_ranks").groupby("global_batch_size")["epoch_time_s"].first()
+    out["relative_epoch_time"] = out["epoch_time_s"] / out["global_batch_size"].map(fewest)
+    return out
+
+
+def final_losses(curves: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last validation loss and its total training time (:func:`validation_curves`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per run: ``final_epoch``, ``final_val_loss``, ``train_time_s`` (``wall_s`` at the end).
+    """
+    require_columns(curves, ("run_id", "epoch", "val_loss", "wall_s"), "final_losses")
+    last = curves.sort_values("epoch").groupby("run_id", sort=True).tail(1)
+    return last[["run_id", "epoch", "val_loss", "wall_s"]].rename(
+        columns={"epoch": "final_epoch", "val_loss": "final_val_loss", "wall_s": "train_time_s"}
+    ).sort_values("run_id").reset_index(drop=True)
+
+
+#: Columns that tell learning-rate configurations apart in :func:`lr_rule_curves`.
+LR_KEYS: tuple[str, ...] = ("lr_scaling", "config_backend", "n_ranks", "batch_size", "global_batch_size")
+
+
+def lr_rule_curves(curves: pd.DataFrame, *, metric: str = "val_loss",
+                   by: Sequence[str] = LR_KEYS) -> pd.DataFrame:
+    """Validation loss per epoch for each learning-rate rule (none/linear/sqrt) and
+    configuration, repeats combined.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (``by``, ``epoch``): ``n_runs``, ``<metric>_median``, ``<metric>_min``,
+        ``<metric>_max`` and ``wall_s_median`` (training time at the end of that epoch,
+        median over repeats; the x of the loss-against-time curve).
+
+    Notes
+    -----
+    A repeat that stopped earlier (``--time-budget``) contributes to the epochs it reached,
+    so ``n_runs`` can drop towards the end of a curve.
+    """
+    by = [c for c in by if c in curves.columns]
+    require_columns(curves, ("run_id", "epoch", "wall_s", metric), "lr_rule_curves")
+    c = curves.dropna(subset=[metric])
+    return (c.groupby([*by, "epoch"], sort=True, dropna=False)
+            .agg(n_runs=("run_id", "nunique"), **{f"{metric}_median": (metric, "median"),
+                                                  f"{metric}_min": (metric, "min"),
+                                                  f"{metric}_max": (metric, "max")},
+                 wall_s_median=("wall_s", "median"))
+            .reset_index())
+
+
+def time_to_target(curves: pd.DataFrame, *, target: float, metric: str = "val_loss",
+                   by: Sequence[str] = LR_KEYS) -> pd.DataFrame:
+    """Training time until the validation loss first reaches ``target``, per configuration.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per ``by`` group: ``target``, ``n_runs``, ``n_reached``,
+        ``time_to_target_s`` (median over the repeats that reached it), ``time_to_target_min_s``,
+        ``time_to_target_max_s``, ``epochs_to_target`` (median).
+
+    Notes
+    -----
+    time_to_target = ``wall_s`` at the end of the first epoch with ``metric <= target``
+    (:func:`validation_curves`); runs that never reach it count in ``n_runs`` only.
+
+    Examples
+    --------
+    >>> c = pd.DataFrame({"run_id": ["a", "a", "b", "b"], "lr_scaling": "none", "epoch": [0, 1, 0, 1],
+    ...                   "wall_s": [1.0, 2.0, 1.5, 3.0], "val_loss": [0.2, 0.05, 0.3, 0.2]})
+    >>> time_to_target(c, target=0.1)[["n_runs", "n_reached", "time_to_target_s"]].values.tolist()
+    [[2.0, 1.0, 2.0]]
+    """
+    by = [c for c in by if c in curves.columns]
+    require_columns(curves, ("run_id", "epoch", "wall_s", metric), "time_to_target")
+    c = curves.sort_values(["run_id", "epoch"])
+    hit = c[c[metric] <= target].groupby("run_id").head(1).set_index("run_id")
+    per_run = c.groupby("run_id").head(1)[["run_id", *by]].copy()
+    per_run["t"] = per_run["run_id"].map(hit["wall_s"])
+    per_run["e"] = per_run["run_id"].map(hit["epoch"])
+    groups = per_run.groupby(by, sort=True, dropna=False) if by else [((), per_run)]
+    rows = []
+    for key, g in groups:
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=False))
+        row.update(target=target, n_runs=len(g), n_reached=int(g["t"].notna().sum()),
+                   time_to_target_s=g["t"].median(), time_to_target_min_s=g["t"].min(),
+                   time_to_target_max_s=g["t"].max(), epochs_to_target=g["e"].median())
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -113,17 +113,23 @@ def _baseline_rows(
         mask = pd.Series(True, index=per_run.index)
         for col, val in baseline.items():
             mask &= per_run[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else per_run[col] == val
-        return per_run[mask.fillna(False).astype(bool)]
+        cand = per_run[mask.fillna(False).astype(bool)]
+        return _same_as_group(cand, group, [c for c in match if c not in baseline and c not in PLACEMENT_AXES])
     if baseline == "min":
         return group[group["n_ranks"] == group["n_ranks"].min()]
     if baseline == "none":
-        cand = per_run[per_run["framework"] == "none"]
-        for col in match:
-            vals = group[col].dropna().unique()
-            if len(vals) == 1:
-                cand = cand[cand[col] == vals[0]]
-        return cand
+        return _same_as_group(per_run[per_run["framework"] == "none"], group, match)
     raise ScalescopeError(f"baseline must be 'none', 'min' or a mapping of run columns, not {baseline!r}")
+
+
+def _same_as_group(cand: pd.DataFrame, group: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
+    """The candidate baseline rows that share each of ``cols`` with the group (where the
+    group has one value of it)."""
+    for col in cols:
+        vals = group[col].dropna().unique()
+        if len(vals) == 1:
+            cand = cand[cand[col] == vals[0]]
+    return cand
 
 
 def run_speedups(
@@ -156,9 +162,10 @@ def run_speedups(
         "config_backend")`` for one curve per partition and backend.
     match
         Columns a ``"none"`` baseline must share with the configuration; the
-        :data:`PLACEMENT_AXES` in ``by`` are added (each partition's own baseline), unless the
-        baseline is a mapping such as ``{"partition": "alpha", "framework": "none",
-        "n_ranks": 1}`` (one baseline for every partition, as the reference study did).
+        :data:`PLACEMENT_AXES` in ``by`` are added (each partition's own baseline). A mapping
+        baseline such as ``{"partition": "alpha", "framework": "none", "n_ranks": 1}`` (one
+        baseline for every partition, as the reference study did) shares the ``match``
+        columns it does not name, but none of the placement axes.
 
     Returns
     -------

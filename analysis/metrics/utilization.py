@@ -14,7 +14,7 @@ GPU_METRICS: tuple[str, ...] = ("util_gpu_pct", "util_mem_pct", "mem_used_mib", 
 CPU_METRICS: tuple[str, ...] = ("cpu_util_pct", "rss_mib")
 
 
-def device_usage(samples: pd.DataFrame) -> pd.DataFrame:
+def device_usage(samples: pd.DataFrame, *, rank_devices: pd.DataFrame | None = None) -> pd.DataFrame:
     """Mean and peak of each sampled metric per device (GPU), per process (CPU, per rank)
     and per host (CPU host totals).
 
@@ -22,6 +22,9 @@ def device_usage(samples: pd.DataFrame) -> pd.DataFrame:
     ----------
     samples
         Sample frame (schema of :mod:`analysis.schema`).
+    rank_devices
+        ``RunSet.rank_devices``: when given, GPUs a run sampled but none of its ranks used
+        (idle GPUs of a partly filled node) are left out (:func:`own_samples`).
 
     Returns
     -------
@@ -37,6 +40,8 @@ def device_usage(samples: pd.DataFrame) -> pd.DataFrame:
     CPU rows are left out (the host total already covers them).
     """
     require_columns(samples, ("run_id", "host", "device", "cpu_core", "rank", "ts_ns"), "device_usage")
+    if rank_devices is not None:
+        samples = own_samples(samples, rank_devices)
     s = samples.assign(run_id=plain(samples["run_id"]), host=plain(samples["host"]))
     s = s[s["cpu_core"].isna()]
     gpu = s[s["device"].notna()].assign(unit="gpu")
@@ -100,3 +105,143 @@ def usage_by_ranks(
             g[f"{m}_jump"] = np.where(g["new_node"], g[m].diff(), np.nan)
         parts.append(g)
     return pd.concat(parts, ignore_index=True) if parts else out
+
+
+def _used(samples: pd.DataFrame, rank_devices: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(GPU row mask, used mask) of samples against the runs' rank-to-GPU mapping; GPU rows of
+    runs without a mapping count as used."""
+    require_columns(rank_devices, ("run_id", "host", "device"), "rank_devices")
+    gpu = samples["device"].notna().to_numpy()
+    keys = pd.MultiIndex.from_arrays([plain(samples["run_id"]).astype(str), plain(samples["host"]).astype(str),
+                                      samples["device"].astype("Int64").fillna(-1).astype(int)])
+    rd = rank_devices.dropna(subset=["device"])
+    used_keys = pd.MultiIndex.from_arrays([rd["run_id"].astype(str), rd["host"].astype(str),
+                                           rd["device"].astype(int)])
+    mapped = keys.get_level_values(0).isin(set(rd["run_id"].astype(str)))
+    used = keys.isin(used_keys) | ~mapped
+    return gpu, np.asarray(used)
+
+
+def own_samples(samples: pd.DataFrame, rank_devices: pd.DataFrame) -> pd.DataFrame:
+    """The samples without the GPUs no rank of the run used.
+
+    Parameters
+    ----------
+    samples
+        Sample frame.
+    rank_devices
+        ``RunSet.rank_devices`` (``run_id``, ``host``, ``device``: NVML index per rank).
+
+    Returns
+    -------
+    pandas.DataFrame
+        A new sample frame: CPU rows, GPU rows of used devices, and GPU rows of runs that
+        have no rank-to-GPU mapping (nothing is known about them, so nothing is dropped).
+    """
+    gpu, used = _used(samples, rank_devices)
+    return samples[~gpu | used].reset_index(drop=True)
+
+
+def idle_devices(samples: pd.DataFrame, rank_devices: pd.DataFrame) -> pd.DataFrame:
+    """GPUs a run's node sampler saw that none of its ranks used (left out of the usage).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, host, device): ``n_samples``, ``util_gpu_pct_mean``,
+        ``mem_used_mib_mean``, ``power_w_mean``.
+    """
+    gpu, used = _used(samples, rank_devices)
+    idle = samples[gpu & ~used]
+    cols = ["run_id", "host", "device", "n_samples", "util_gpu_pct_mean", "mem_used_mib_mean", "power_w_mean"]
+    if idle.empty:
+        return pd.DataFrame(columns=cols)
+    i = idle.assign(run_id=plain(idle["run_id"]), host=plain(idle["host"]))
+    return (i.groupby(["run_id", "host", "device"], sort=True)
+            .agg(n_samples=("ts_ns", "size"), util_gpu_pct_mean=("util_gpu_pct", "mean"),
+                 mem_used_mib_mean=("mem_used_mib", "mean"), power_w_mean=("power_w", "mean"))
+            .reset_index()[cols])
+
+
+def training_start(events: pd.DataFrame) -> pd.Series:
+    """Start of training per run: the first training-phase record (``kind == "phase"``), ns."""
+    require_columns(events, ("run_id", "kind", "start_ns"), "training_start")
+    ph = events[events["kind"].astype(object) == "phase"]
+    return ph.assign(run_id=plain(ph["run_id"])).groupby("run_id")["start_ns"].min().rename("train_start_ns")
+
+
+def gpu_memory_phases(samples: pd.DataFrame, rank_devices: pd.DataFrame,
+                      train_start: pd.Series) -> pd.DataFrame:
+    """Per used GPU: memory before training against during training, utilisation and power.
+
+    Parameters
+    ----------
+    samples
+        Sample frame with GPU rows (NVML).
+    rank_devices
+        ``RunSet.rank_devices``.
+    train_start
+        :func:`training_start` (ns per run_id).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, host, device) a rank used: ``rank`` (the lowest rank on it),
+        ``mem_before_mib`` (median of the samples before training), ``mem_during_mib`` (peak
+        after), ``mem_growth_mib`` (during - before), ``extra_vs_others_mib`` (this GPU's
+        peak minus the median peak of the run's other GPUs: the DGX-1 evaluation's extra GPU0
+        memory), ``util_gpu_pct_mean`` and ``power_w_mean`` (during training).
+
+    Notes
+    -----
+    "Before training" is every sample older than the run's first training phase; a run whose
+    sampler started after that has NaN ``mem_before_mib``.
+    """
+    require_columns(samples, ("run_id", "host", "device", "ts_ns", "mem_used_mib"), "gpu_memory_phases")
+    gpu, used = _used(samples, rank_devices)
+    s = samples[gpu & used]
+    s = s.assign(run_id=plain(s["run_id"]).astype(str), host=plain(s["host"]).astype(str),
+                 device=s["device"].astype(int))
+    s = s.assign(before=s["ts_ns"].to_numpy() < s["run_id"].map(train_start).fillna(-1).to_numpy())
+    first_rank = rank_devices.dropna(subset=["device"]).assign(device=lambda d: d["device"].astype(int)).groupby(
+        ["run_id", "host", "device"])["rank"].min()
+    rows = []
+    for (rid, host, dev), g in s.groupby(["run_id", "host", "device"], sort=True):
+        during = g[~g["before"]]
+        rows.append({"run_id": rid, "host": host, "device": dev, "rank": first_rank.get((rid, host, dev), pd.NA),
+                     "mem_before_mib": g.loc[g["before"], "mem_used_mib"].median(),
+                     "mem_during_mib": during["mem_used_mib"].max(),
+                     "util_gpu_pct_mean": during["util_gpu_pct"].mean() if "util_gpu_pct" in g else np.nan,
+                     "power_w_mean": during["power_w"].mean() if "power_w" in g else np.nan})
+    out = pd.DataFrame(rows, columns=["run_id", "host", "device", "rank", "mem_before_mib", "mem_during_mib",
+                                      "util_gpu_pct_mean", "power_w_mean"])
+    out["mem_growth_mib"] = out["mem_during_mib"] - out["mem_before_mib"]
+    others = []
+    for i, r in out.iterrows():
+        rest = out[(out["run_id"] == r["run_id"]) & (out.index != i)]["mem_during_mib"]
+        others.append(r["mem_during_mib"] - rest.median() if len(rest) else np.nan)
+    out["extra_vs_others_mib"] = others
+    return out
+
+
+def gpu_timeline(samples: pd.DataFrame, rank_devices: pd.DataFrame | None = None, *,
+                 run_id: str | None = None) -> pd.DataFrame:
+    """One run's GPU samples as per-device time series (the per-GPU lines).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run_id``, ``host``, ``device``, ``gpu`` (``host:device``), ``t_s`` (seconds since
+        the run's first sample), ``util_gpu_pct``, ``mem_used_mib``, ``power_w``; only the
+        run's own GPUs when ``rank_devices`` is given.
+    """
+    s = samples[samples["device"].notna()]
+    if rank_devices is not None:
+        s = own_samples(s, rank_devices)
+    if run_id is not None:
+        s = s[plain(s["run_id"]).astype(str) == str(run_id)]
+    s = s.assign(run_id=plain(s["run_id"]).astype(str), host=plain(s["host"]).astype(str))
+    t0 = s.groupby("run_id")["ts_ns"].transform("min")
+    out = s.assign(t_s=(s["ts_ns"] - t0) / 1e9, gpu=s["host"] + ":" + s["device"].astype("Int64").astype(str))
+    return out[["run_id", "host", "device", "gpu", "t_s", "util_gpu_pct", "mem_used_mib", "power_w"]].sort_values(
+        ["gpu", "t_s"]).reset_index(drop=True)
