@@ -275,3 +275,37 @@ def test_cut_anywhere_is_a_frame_or_a_clear_error(tmp_path, name):
         (nccl if fmt == "nccl" else nvsmi_topo).validate(df)
         outcomes.add("frame")
     assert outcomes == {"error", "frame"}  # early cuts hold no NCCL line / no matrix row; later ones do
+
+
+def test_line_forms_the_corpus_lacks(tmp_path):
+    """NCCL 2.3/2.4 ring and connection lines, v2.4 trees, CollNet, IB with GDRDMA and PXN,
+    v2.30 WARN with (func): one line each, typed from the format strings FORMATS.md quotes
+    from NCCL's source (no corpus file has them)."""
+    f = tmp_path / "old.log"
+    f.write_text("\n".join([
+        "NCCL version 2.4.8+cuda10.1",
+        "h1:10:10 [0] NCCL INFO Ring 00 :    0   1",
+        "h1:10:10 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC",
+        "h1:10:10 [0] NCCL INFO Ring 01 : 0[0] -> 1[1] via direct shared memory",
+        "h1:10:10 [0] NCCL INFO Ring 02 : 0 -> 1 [send] via NET/IB/0/GDRDMA",
+        "h1:10:10 [0] NCCL INFO Trees [0] -1->0->1/-1/-1 [1] 1->0->-1/-1/-1",
+        "h1:10:10 [0] NCCL INFO comm 0x55aa rank 0 nranks 2 cudaDev 0 nvmlDev 0 - Init COMPLETE",
+        "h1:10:10 [0] NCCL INFO CollNet 00/0 : 0 [send] via COLLNET/SHARP/0/GDRDMA",
+        "h1:10:10 [0] NCCL INFO Channel 03/0 : 1[1] -> 0[0] [receive] via NET/IB/1(3)/GDRDMA(PCI)",
+        "h1:10:10 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>",
+        "",
+        "[2030-01-01 00:00:00] h1:10:11 [0] transport/net.cc:123 (ncclNetConnect) NCCL WARN NET/IB : Got completion "
+        "with error 12",
+    ]) + "\n")
+    df = analysis.read(f, format="nccl")
+    conn = df[df["record"] == "connection"]
+    assert conn["transport"].tolist() == ["P2P/IPC", "SHM", "NET/IB", "CollNet", "NET/IB"]
+    assert conn["rank"].tolist() == [0, 0, 0, 0, 0] and conn["peer"].tolist()[2] == 1 and conn["direction"].tolist()[-1] == "recv"
+    assert conn["gdrdma"].tolist()[2] and conn["net_dev"].tolist()[-1] == 1
+    assert set(conn["nranks"]) == {2} and set(df["nccl_version"]) == {"2.4.8+cuda10.1"}
+    assert df.loc[df["record"] == "ring", "text"].tolist() == ["0 1"]
+    assert df.loc[df["record"] == "tree", "rank"].tolist() == [0, 0]
+    assert df.loc[df["record"] == "warn", "text"].tolist() == ["NET/IB : Got completion with error 12"]
+    from analysis.metrics.commpath import ib_devices
+
+    assert ib_devices(df) == ["[0]mlx5_0:1/IB", "[1]mlx5_1:1/RoCE"]
