@@ -39,7 +39,8 @@ def communicators(nccl: pd.DataFrame) -> pd.DataFrame:
     -----
     A connection is inter-node when its two ranks' hosts differ (hosts from the
     communicator lines); when a host is unknown, NET transports count as inter-node and
-    P2P/SHM as intra-node.
+    P2P/SHM as intra-node. ``NVLS`` is listed when the log reports NVLS channels (``N nvls
+    channels`` with N > 0), since NVLink SHARP prints no connection lines.
     """
     cols = ["comm_key", "nccl_version", "n_ranks", "n_nodes", "hosts", "local_ranks", "intra_transports",
             "inter_transports", "gdrdma", "network", "n_channels", "has_trees"]
@@ -66,6 +67,8 @@ def communicators(nccl: pd.DataFrame) -> pd.DataFrame:
             cross = (a != b) if a is not None and b is not None else not str(r.transport).startswith(_INTRA)
             label = str(r.transport) + (" GDRDMA" if not pd.isna(r.gdrdma) and bool(r.gdrdma) else "")
             (inter if cross else intra).add(label)
+        if (g.loc[g["record"] == "channels", "n_nvls_channels"].fillna(0) > 0).any():
+            intra.add("NVLS")  # NVLink SHARP has no per-peer `via` line, only its channel count
         n_ranks = g["nranks"].dropna()
         hosts = sorted(set(g["host"].dropna().astype(str)))
         n_nodes = g["n_nodes"].dropna()

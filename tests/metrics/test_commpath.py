@@ -107,3 +107,15 @@ def test_transport_per_channel():
     alcf = C.channel_transports(_read(CORPUS / "argonne-lcf__alcf-nccl-tests__polaris-2node-ofi-cxi-gdrdma.log"))
     assert set(alcf["transports"]) <= {"P2P/CUMEM", "NET/OFI GDRDMA", "NET/OFI GDRDMA;P2P/CUMEM"}
     assert alcf["n_connections"].sum() == 78  # 56 P2P + 22 NET (the 2 spliced fragments are not counted)
+
+
+def test_nvls_channels_count_as_a_transport(tmp_path):
+    f = tmp_path / "nvls.log"
+    f.write_text(
+        "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 1000 commId 0xabc - Init START\n"
+        "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+        "h:1:1 [0] NCCL INFO 32 coll channels, 32 collnet channels, 16 nvls channels, 32 p2p channels, "
+        "32 p2p channels per peer\n")
+    df = analysis.read(f, format="nccl")
+    assert C.communicators(df)["intra_transports"].tolist() == ["NVLS;P2P/CUMEM"]
+    assert C.summarize_nccl(df)["comm_path"] == "intra-node NVLS+P2P/CUMEM"
