@@ -53,7 +53,7 @@ def communicators(nccl: pd.DataFrame) -> pd.DataFrame:
     # rows of one process without a commId take the process's commId when it has just one
     per_proc = df.dropna(subset=["comm_id"]).groupby(["host", "pid"], observed=True)["comm_id"].unique()
     single = {k: v[0] for k, v in per_proc.items() if len(v) == 1}
-    miss = df["comm_id"].isna() & df["rank"].notna()
+    miss = df["comm_id"].isna() & (df["rank"].notna() | df["comm_key"].isna())
     df.loc[miss, "comm_key"] = [single.get((h, p), ck) for h, p, ck in
                                 zip(df.loc[miss, "host"], df.loc[miss, "pid"], df.loc[miss, "comm_key"], strict=True)]
     rank_host = df.dropna(subset=["rank", "host"]).drop_duplicates(["comm_key", "rank"]).set_index(
