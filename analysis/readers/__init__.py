@@ -157,12 +157,13 @@ def _cache_key(path: Path, reader: Reader, run_id: str | None) -> str:
 
 
 def _restore_dtypes(df: pd.DataFrame, reader: Reader) -> pd.DataFrame:
+    from analysis.readers._assembly import missing
+
     columns = schema.EVENT_COLUMNS if reader.kind == "events" else schema.SAMPLE_COLUMNS
     for col, dtype in columns.items():
         if dtype == "category" and not isinstance(df[col].dtype, pd.CategoricalDtype):
             if df[col].isna().all():  # Parquet keeps an all-missing category column as plain nulls
-                df[col] = pd.Categorical.from_codes(np.full(len(df), -1, dtype=np.int8),
-                                                    categories=pd.Index([], dtype=object))
+                df[col] = missing(len(df), "category")
             else:
                 df[col] = schema._as_category(df[col].astype(object).where(df[col].notna(), None), len(df))
         elif dtype == "category":
@@ -202,7 +203,7 @@ def _read_cache(path: Path, reader: Reader) -> pd.DataFrame:
     """
     import pyarrow.parquet as pq
 
-    from analysis.readers._assembly import NP_INT, const_category, na_int
+    from analysis.readers._assembly import NP_INT, missing
 
     columns = schema.EVENT_COLUMNS if reader.kind == "events" else schema.SAMPLE_COLUMNS
     with pq.ParquetFile(path) as f:  # one file: no dataset discovery as in read_table
@@ -216,7 +217,7 @@ def _read_cache(path: Path, reader: Reader) -> pd.DataFrame:
     data = {}
     for c in names:
         if c in lazy:
-            data[c] = const_category(None, n) if columns[c] == "category" else na_int(n, columns[c])
+            data[c] = missing(n, columns[c])
             continue
         col = df.pop(c)  # popped, its array is the frame's own (not a read-only view of it)
         if isinstance(col.dtype, np.dtype):  # plain NumPy: a read-only view of an Arrow buffer

@@ -651,6 +651,7 @@ class Assembler:
     def sparse(self, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
         """``(values, missing-mask)`` in time order of the sparse column ``name``: the rows
         no value was given for are missing, and their values are never made resident."""
+        release_freed_memory()  # the block temporaries of earlier work, before new pages
         values = lazy_zeros(self.size, dtype)
         mask = np.ones(self.size, dtype=bool)
         groups, rows, vals = self._sparse.pop(name, ([], [], []))

@@ -211,12 +211,8 @@ class _State:
         ct = self.cat.encode([e.cat for e in keep])
         self.unnamed += names.count(None)
         inst = np.array([e.ph != "X" for e in keep], dtype=bool)
-        neg = dur_ns < 0
-        if neg.any():
-            self.negative += int(neg.sum())
-            dur_ns = np.maximum(dur_ns, 0)
-        if inst.any():
-            dur_ns = np.where(inst, 0, dur_ns)
+        self.negative += int((dur_ns < 0).sum())
+        dur_ns = np.where(inst, 0, np.maximum(dur_ns, 0))  # instants last 0
         args = [e.args for e in keep]
         coll = self._sparse(keep, args, base)
         ids = self._ids(keep, args, base)
@@ -469,8 +465,10 @@ def _steps(blocks: list[slice], start: np.ndarray, dur: np.ndarray, name_codes: 
         keys, vals = _assembly.gather(
             blocks, lambda b: runtime_of[cat_codes[b]] & ~corr_na[b] & ~step_na[b], corr, step)
         if keys.size:
-            keys, first = np.unique(keys, return_index=True)  # the earliest call per id
-            vals = vals[first]
+            o = np.argsort(keys, kind="stable")  # the earliest call per id: first in order
+            keys, vals = keys[o], vals[o]
+            first = np.r_[True, keys[1:] != keys[:-1]]
+            keys, vals = keys[first], vals[first]
             for b in blocks:
                 g = np.flatnonzero(gpu_of[cat_codes[b]] & ~corr_na[b])
                 if not g.size:
