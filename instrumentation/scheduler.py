@@ -177,15 +177,19 @@ def submit(script: Path, *, cwd: Path | None = None) -> tuple[str, str | None]:
 
 
 def job_states(job_ids: Iterable[str]) -> dict[str, JobState]:
-    """The state of each job the scheduler still knows; jobs it forgot are left out."""
+    """The state of each job the scheduler still knows; jobs it forgot are left out.
+
+    Raises :class:`SchedulerError` when the scheduler cannot be asked (so a job is never
+    taken for forgotten because slurmctld did not answer).
+    """
     ids = sorted({str(j) for j in job_ids if j}, key=lambda j: (len(j), j))
     if not ids:
         return {}
     out: dict[str, JobState] = {}
     try:
         text = _run(["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%T|%r|%P"])
-    except SchedulerError:
-        if len(ids) > 1:
+    except SchedulerError as exc:
+        if len(ids) > 1 or "Invalid job id" not in str(exc):
             raise
         text = ""  # squeue fails on a single id it does not know
     for line in text.splitlines():

@@ -74,9 +74,11 @@ def reconcile(out: Path) -> dict[str, dict]:
     def apply(entries: dict) -> None:
         for run_id, entry in entries.items():
             job = _job_id(entry)
-            if job is None or job not in states:
+            if job is None:
                 continue
-            if entry.get("status") in ACTIVE_STATUSES or _killed_unrecorded(entry):
+            if job not in states and entry.get("status") in ACTIVE_STATUSES:
+                states[job] = scheduler.JobState(job, "UNKNOWN", "not known to squeue or sacct any more", None, "none")
+            if job in states and (entry.get("status") in ACTIVE_STATUSES or _killed_unrecorded(entry)):
                 entries[run_id] = _reconciled(out, entry, states[job])
 
     result = update_entries(out, apply)

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from _helpers import REAL_BACKENDS
 
+from instrumentation.experiment import Experiment, RunSpec
+
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("torch")
 
@@ -32,6 +34,9 @@ ssi.init(config={"epochs": 1})
 print("sleeping", flush=True)
 time.sleep(900)
 """
+# A space and a % in the path: sbatch must take the quoted --output/--error lines whole
+# (and not expand %1), or the log tail below is not where the run directory says.
+LIMIT = "odd dir %1/LIMIT"
 COMMON = ["--slurm", "--submit", "--gpus-per-node", "0", "--no-exclusive", "--poll", "2"]
 
 
@@ -87,7 +92,7 @@ def slurm_sweeps(local_slurm, tmp_path_factory):
     sleeper.write_text(SLEEPER)
     data = base / "data"
     # LIMIT and CANCEL wait in the background while MAIN is submitted, resumed and waited for
-    limit = _start("--wait", *COMMON, "--backend", "", "--baseline", "--time", "1", "--out", str(base / "LIMIT"),
+    limit = _start("--wait", *COMMON, "--backend", "", "--baseline", "--time", "1", "--out", str(base / LIMIT),
                    "--", "python", str(sleeper))
     cancel = _start("--wait", *COMMON, "--backend", "", "--baseline", "--out", str(base / "CANCEL"), "--",
                     "python", str(sleeper))
@@ -100,7 +105,7 @@ def slurm_sweeps(local_slurm, tmp_path_factory):
     scancel = subprocess.run(["scancel", _running_job(base / "CANCEL", cancel)], capture_output=True, text=True,
                              timeout=60)
     waited = {"MAIN": _sweep("--wait", *main), "CANCEL": _finish(cancel), "LIMIT": _finish(limit)}
-    status = subprocess.run([sys.executable, "-m", "analysis.cli", "status", str(base / "LIMIT")],
+    status = subprocess.run([sys.executable, "-m", "analysis.cli", "status", str(base / LIMIT)],
                             capture_output=True, text=True, cwd=ROOT, timeout=120)
     return {"base": base, "submitted": submitted, "first": first, "waited": waited, "scancel": scancel,
             "status": status}
@@ -170,7 +175,7 @@ def test_manifests_record_the_job_partition_and_cluster(slurm_sweeps):
 
 
 def test_time_limit_kill_is_recorded_as_timeout(slurm_sweeps):
-    out = slurm_sweeps["base"] / "LIMIT"
+    out = slurm_sweeps["base"] / LIMIT
     proc = slurm_sweeps["waited"]["LIMIT"]
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "scalescope sweep: 0/1 runs ok; not ok: baseline_np1_r1" in proc.stdout
@@ -197,6 +202,20 @@ def test_status_command_shows_the_scheduler_state(slurm_sweeps):
     proc = slurm_sweeps["status"]
     assert proc.returncode == 0, proc.stderr
     (row,) = [line.split() for line in proc.stdout.splitlines() if line.startswith("baseline_np1_r1")]
-    assert row[1:4] == ["timeout", _entries(slurm_sweeps["base"] / "LIMIT")["baseline_np1_r1"]["slurm"]["job_id"],
+    assert row[1:4] == ["timeout", _entries(slurm_sweeps["base"] / LIMIT)["baseline_np1_r1"]["slurm"]["job_id"],
                         "TIMEOUT"]
     assert "1 runs: 1 timeout" in proc.stdout
+
+
+def test_a_job_the_scheduler_does_not_know_is_recorded_failed(local_slurm, tmp_path):
+    """A queued entry whose job id squeue does not know (purged, another cluster) ends the wait."""
+    out = tmp_path / "GONE"
+    spec = RunSpec("baseline", 1, None, 1)
+    exp = Experiment.open(out, command=["x"], script=["t.py"], plan=[spec], experiment="GONE")
+    exp.set({**exp.entries[spec.run_id], "status": "queued", "slurm": {"job_id": "999999"}})
+    proc = subprocess.run([sys.executable, "-m", "analysis.cli", "status", str(out)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (entry,) = _entries(out).values()
+    assert (entry["status"], entry["slurm"]["state"]) == ("failed", "UNKNOWN")
+    assert json.loads((out / spec.run_id / "run.json").read_text())["status"] == "failed"
