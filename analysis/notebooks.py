@@ -19,6 +19,27 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 ENV_VAR = "SCALESCOPE_EXPERIMENT"
 
+#: The notebooks of each report study (``analysis.report.STUDIES`` keys): every report section
+#: has one, and every notebook shows at least one section (07: the GPU timelines of the time
+#: breakdown from other tools' traces).
+STUDY_NOTEBOOKS: dict[str, tuple[str, ...]] = {
+    "summary": ("02_scaling",),
+    "why": ("08_why_not_ideal",),
+    "breakdown": ("01_single_run_breakdown", "07_other_tools"),
+    "sync": ("03_sync_cost",),
+    "scaling": ("02_scaling",),
+    "overhead": ("02_scaling",),
+    "usage": ("04_device_usage", "12_compute_update_memory"),
+    "backends": ("06_backends",),
+    "batch": ("05_batch_size_lr", "14_batch_lr_reference"),
+    "memory": ("12_compute_update_memory",),
+    "model": ("03_sync_cost",),
+    "stragglers": ("13_stragglers",),
+    "clusters": ("09_clusters_partitions",),
+    "strong_weak": ("10_strong_weak",),
+    "input_size": ("11_input_size",),
+}
+
 
 def experiment_dir(default: str | os.PathLike[str]) -> Path:
     """The experiment a notebook should read: ``$SCALESCOPE_EXPERIMENT`` or ``default``.
@@ -27,6 +48,14 @@ def experiment_dir(default: str | os.PathLike[str]) -> Path:
     notebook at ``DIR``.
     """
     return Path(os.environ.get(ENV_VAR) or default).expanduser().resolve()
+
+
+def experiment_dirs(*defaults: str | os.PathLike[str]) -> list[Path]:
+    """The experiments a multi-experiment notebook compares: ``$SCALESCOPE_EXPERIMENTS``
+    (paths separated by ``os.pathsep``) or ``defaults``."""
+    env = os.environ.get(ENV_VAR + "S")
+    paths = [p for p in env.split(os.pathsep) if p] if env else list(defaults)
+    return [Path(p).expanduser().resolve() for p in paths]
 
 
 def main(experiment: str | None = None, *, no_browser: bool = False) -> int:

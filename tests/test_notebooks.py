@@ -17,7 +17,16 @@ ids = [p.name for p in NOTEBOOKS]
 
 
 def test_there_are_notebooks():
-    assert len(NOTEBOOKS) >= 7, [p.name for p in NOTEBOOKS]
+    assert len(NOTEBOOKS) >= 14, [p.name for p in NOTEBOOKS]
+
+
+def test_every_report_section_has_a_notebook_and_every_notebook_a_section():
+    from analysis.notebooks import STUDY_NOTEBOOKS
+    from analysis.report import STUDIES
+
+    keys = {key for key, _, _ in STUDIES}
+    assert keys == set(STUDY_NOTEBOOKS), sorted(keys ^ set(STUDY_NOTEBOOKS))
+    assert {n for names in STUDY_NOTEBOOKS.values() for n in names} == {p.stem for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)

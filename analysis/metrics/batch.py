@@ -147,7 +147,7 @@ def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None 
         ``lr_scaling``) whose global batch was run with at least two rank counts:
         ``n_runs``, ``epoch_time_s`` (median), ``throughput_samples_per_s`` (median),
         ``final_val_loss`` (median; NaN without ``final``), ``relative_epoch_time``
-        (epoch time / that of the fewest ranks with the same global batch).
+        (epoch time / that of the fewest ranks with the same global batch and LR rule).
     """
     keys = [c for c in ("global_batch_size", "n_ranks", "batch_size", "config_backend", "lr_scaling")
             if c in per_run.columns]
@@ -166,8 +166,11 @@ def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None 
            .reset_index())
     if out.empty:
         return out.assign(relative_epoch_time=pd.Series(dtype=float))
-    fewest = out.sort_values("n_ranks").groupby("global_batch_size")["epoch_time_s"].first()
-    out["relative_epoch_time"] = out["epoch_time_s"] / out["global_batch_size"].map(fewest)
+    ref_keys = [c for c in ("global_batch_size", "lr_scaling") if c in out.columns]
+    fewest = out[out["n_ranks"] == out.groupby(ref_keys, dropna=False)["n_ranks"].transform("min")]
+    ref = fewest.groupby(ref_keys, dropna=False)["epoch_time_s"].median()
+    out["relative_epoch_time"] = out["epoch_time_s"].to_numpy() / ref.reindex(
+        pd.MultiIndex.from_frame(out[ref_keys]) if len(ref_keys) > 1 else out[ref_keys[0]]).to_numpy()
     return out
 
 
