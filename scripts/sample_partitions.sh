@@ -21,7 +21,11 @@ done
 "$SS" sweep --np 1 --backend "" --baseline --find-max curve-length=200 --label cluster=vm \
     --label partition=alpha --out "$OUT/input_size" \
     -- python examples/strain_stress.py --samples 500 --epochs 2 --mem-limit-mb 600
-"$SS" sweep --np 2 --backend ddp-gloo --baseline --batch-size 75,150 --vary lr-scaling=none,linear,sqrt \
-    --repeats 2 --label cluster=vm --label partition=alpha --out "$OUT/batch_lr" \
-    -- "${EX[@]}" --epochs 30 --time-budget 1.5
+# the same global batch two ways (1 rank x 150, 2 ranks x 75) and batch 75 at one rank, per LR rule,
+# each run stopped after 1 s of training (--time-budget); two sweeps into one experiment
+LR=(--vary lr-scaling=none,linear,sqrt --repeats 2 --label cluster=vm --label partition=alpha --out "$OUT/batch_lr")
+"$SS" sweep --np 2 --backend ddp-gloo --baseline --batch-size 75 "${LR[@]}" \
+    -- python examples/strain_stress.py --samples 600 --epochs 30 --time-budget 1
+"$SS" sweep --np 1 --backend "" --baseline --batch-size 150 "${LR[@]}" \
+    -- python examples/strain_stress.py --samples 600 --epochs 30 --time-budget 1
 du -sh "$OUT"
