@@ -674,7 +674,9 @@ class Assembler:
     def events(self, **columns: Any) -> pd.DataFrame:
         """The event frame: every column given as built (no copy), a ``str`` or ``int``
         broadcast to a constant column, and ``None`` or a column left out all missing
-        (lazily). Forgets the positions and whatever was not placed."""
+        (lazily); a plain NumPy array for a nullable integer column has no missing value
+        (its mask costs nothing until written). Forgets the positions and whatever was not
+        placed."""
         n = self.size
         self._order.release()
         for g in self.groups:
@@ -690,7 +692,9 @@ class Assembler:
                 v = const_category(v, n)
             elif isinstance(v, int) and dtype in NP_INT:
                 v = pd.arrays.IntegerArray(np.full(n, v, dtype=NP_INT[dtype]),
-                                           np.zeros(n, dtype=bool))
+                                           lazy_zeros(n, bool))
+            elif isinstance(v, np.ndarray) and dtype in NP_INT:  # no value missing
+                v = pd.arrays.IntegerArray(v, lazy_zeros(n, bool))
             out[col] = v
         if columns:
             raise TypeError(f"not event columns: {sorted(columns)}")

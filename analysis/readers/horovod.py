@@ -627,7 +627,7 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
                                        tensors.kept)
     return rows.events(
         run_id=run_id,
-        rank=pd.arrays.IntegerArray(rank, np.zeros(rank.size, dtype=bool)),
+        rank=rank,
         name=_assembly.categorical(name, names.kept),
         kind=_assembly.from_codes(kind, list(_KIND), inplace=True),
         cat=_assembly.from_codes(cat, list(_CAT), inplace=True),
