@@ -347,7 +347,7 @@ def check_options(args: argparse.Namespace) -> None:
     info = None
     if None in (args.gpus_per_node, args.cpus_per_node, args.gpu_request, args.cpu_bind) or args.submit:
         info = scheduler.probe_cluster(args.partition, require_config=not args.submit)
-    if args.submit and info is None:
+    if args.submit and not args.dry_run and info is None:
         raise ValueError("--submit: no SLURM cluster answers here (sinfo failed or is not installed; "
                          "is SLURM_CONF set?)")
     args.slurm_cluster = info.cluster if info else None
@@ -384,6 +384,10 @@ def run(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, args: argp
                                max_jobs=args.max_jobs)
     except scheduler.SchedulerError as exc:
         raise SlurmError(str(exc)) from None
+    except KeyboardInterrupt:  # while submitting: what was submitted is recorded
+        print(f"scalescope sweep: interrupted; `scalescope status {out}` shows what was submitted, "
+              "the same command goes on", file=sys.stderr)
+        return 130
 
 
 def finalize_main(argv: Sequence[str] | None = None) -> int:

@@ -124,8 +124,9 @@ def _reconciled(out: Path, entry: dict, job: scheduler.JobState) -> dict:
 
 
 def submit(plan: Sequence[RunSpec], *, out: Path, partition: str | None = None,
-           max_jobs: int | None = None, stream=None) -> int:
-    """Submit the runs of ``plan`` that are neither ``ok`` nor still queued or running.
+           max_jobs: int | None = None, resubmit: bool = True, stream=None) -> int:
+    """Submit the runs of ``plan`` that are neither ``ok`` nor still queued or running
+    (``resubmit=False``: only the ``pending`` ones, never submitted or held back).
 
     At most ``max_jobs`` of the plan's jobs are queued or running afterwards. Files of an
     earlier attempt of a resubmitted run move to ``OUT/.attempts/``. Returns how many jobs
@@ -134,7 +135,8 @@ def submit(plan: Sequence[RunSpec], *, out: Path, partition: str | None = None,
     out = Path(out)
     entries = reconcile(out)
     active = sum(entries.get(s.run_id, {}).get("status") in ACTIVE_STATUSES for s in plan)
-    todo = [s for s in plan if entries.get(s.run_id, {}).get("status") not in ACTIVE_STATUSES | {"ok"}]
+    todo = [s for s in plan if entries.get(s.run_id, {}).get("status") not in ACTIVE_STATUSES | {"ok"}
+            and (resubmit or entries.get(s.run_id, {}).get("status", "pending") == "pending")]
     room = len(todo) if max_jobs is None else max(0, max_jobs - active)
     submitted = 0
     for spec in todo[:room]:
@@ -194,12 +196,12 @@ def wait(plan: Sequence[RunSpec], *, out: Path, poll_s: float, partition: str | 
                     progress.finish(run_id, f"{status}{extra}", entry.get("wall_s"))
             if all(seen[r] in FINAL_STATUSES for r in todo):
                 break
-            if not any(entries.get(r, {}).get("status") in ACTIVE_STATUSES for r in ids):
-                if not submit(plan, out=out, partition=partition, max_jobs=max_jobs):
-                    progress.print("scalescope sweep: no job queued or running, and none could be submitted")
-                    break
-            elif max_jobs is not None:
-                submit(plan, out=out, partition=partition, max_jobs=max_jobs)
+            # runs held back by --max-jobs go in as jobs end; a run that failed here is not retried
+            submitted = 0 if max_jobs is None else submit(plan, out=out, partition=partition,
+                                                          max_jobs=max_jobs, resubmit=False)
+            if not submitted and not any(entries.get(r, {}).get("status") in ACTIVE_STATUSES for r in ids):
+                progress.print("scalescope sweep: no job queued or running, and none left to submit")
+                break
             time.sleep(poll_s)
             entries = reconcile(out)
     except KeyboardInterrupt:
