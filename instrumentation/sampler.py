@@ -174,7 +174,8 @@ class Sampler:
 
     # -- thread -------------------------------------------------------------------------
     def start(self) -> bool:
-        """Open the file and start the thread; ``False`` (with a warning) on failure."""
+        """Open the file and start the thread; ``False`` (with a warning) on failure. NVML
+        sampling takes its first sample at once (a GPU's memory before training)."""
         try:
             if self.kind == "nvml":
                 self._nvml_setup()
@@ -185,6 +186,8 @@ class Sampler:
             self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - kept open
             self._fh.write(",".join(header) + "\n")
             self._fh.flush()
+            if self.kind == "nvml":  # one sample now, before training: the memory the run starts from
+                self.tick()
         except Exception as exc:
             self._disable(exc)
             return False

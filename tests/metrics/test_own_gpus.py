@@ -100,3 +100,23 @@ def test_jump_at_the_first_extra_node():
     row = t[t["new_node"]]
     assert row["n_ranks"].tolist() == [8]
     assert row["util_gpu_pct_mean_jump"].tolist() == [pytest.approx(-28.0)]
+
+
+GPU_RUN = "gpu_run/h200_ddp_nccl_np1"
+#: The first training phase of this run's full trace (tests/data/gpu_run/README.md).
+TRAIN_START_NS = 1795597509674224124
+
+
+def test_real_h200_run_maps_its_rank_by_uuid(data_dir):
+    from analysis.runset import RunSet
+
+    rs = RunSet.from_dirs(data_dir / GPU_RUN)
+    assert rs.runs["partition"].tolist() == ["h200"] and rs.runs["gpu_model"].tolist() == ["NVIDIA H200"]
+    rd = rs.rank_devices
+    assert rd[["rank", "device", "device_from"]].values.tolist() == [[0, 0, "uuid"]]
+    s = rs.samples
+    assert len(U.own_samples(s, rd)) == len(s) == 34 and U.idle_devices(s, rd).empty
+    start = pd.Series({"ddp-nccl_np1_r1": TRAIN_START_NS})
+    m = U.gpu_memory_phases(s, rd, start).iloc[0]
+    assert (m["mem_before_mib"], m["mem_during_mib"]) == (1793.875, 2033.875)
+    assert m["mem_growth_mib"] == 240.0
