@@ -6,7 +6,9 @@ Three experiments share the cluster (submitted first, then waited for, so they o
   baseline, submitted with ``--max-jobs 3`` and then resumed with ``--wait`` (the first three
   jobs are not submitted again, the rest are submitted as jobs end);
 * LIMIT: a run that outlives its one-minute ``--time``: the scheduler kills it -> ``timeout``;
-* CANCEL: a run cancelled with ``scancel`` once it runs -> ``killed`` with SLURM's CANCELLED.
+* CANCEL: a run cancelled with ``scancel`` once it runs -> ``killed`` with SLURM's CANCELLED;
+* FAIL: two runs with ``--max-jobs 1 --wait``, the first failing: the second goes in when the
+  first ends, and the failed one is not submitted again.
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ pytest.importorskip("torch")
 
 # Records a run (instrumentation.init) and sleeps until the scheduler stops it.
 SLEEPER = """
-import time
+import sys, time
 import instrumentation as ssi
+if "--mode" in sys.argv and sys.argv[sys.argv.index("--mode") + 1] == "fail":
+    print("boom: deliberate failure", file=sys.stderr)
+    sys.exit(3)
 ssi.init(config={"epochs": 1})
+if "--mode" in sys.argv and sys.argv[sys.argv.index("--mode") + 1] == "ok":
+    ssi.finish()
+    sys.exit(0)
 print("sleeping", flush=True)
 time.sleep(900)
 """
@@ -96,6 +104,8 @@ def slurm_sweeps(local_slurm, tmp_path_factory):
                    "--", "python", str(sleeper))
     cancel = _start("--wait", *COMMON, "--backend", "", "--baseline", "--out", str(base / "CANCEL"), "--",
                     "python", str(sleeper))
+    fail = _start("--wait", *COMMON, "--backend", "", "--baseline", "--vary", "mode=fail,ok", "--max-jobs", "1",
+                  "--out", str(base / "FAIL"), "--", "python", str(sleeper))
     main = [*COMMON, "--np", "1,2", "--batch-size", "50", "--backend", ",".join(REAL_BACKENDS), "--baseline",
             "--max-jobs", "3", "--sample-interval", "0.05", "--out", str(base / "MAIN"), "--",
             "python", "examples/strain_stress.py", "--epochs", "1", "--samples", "800", "--data-dir", str(data),
@@ -104,7 +114,8 @@ def slurm_sweeps(local_slurm, tmp_path_factory):
     first = _entries(base / "MAIN")
     scancel = subprocess.run(["scancel", _running_job(base / "CANCEL", cancel)], capture_output=True, text=True,
                              timeout=60)
-    waited = {"MAIN": _sweep("--wait", *main), "CANCEL": _finish(cancel), "LIMIT": _finish(limit)}
+    waited = {"MAIN": _sweep("--wait", *main), "CANCEL": _finish(cancel), "LIMIT": _finish(limit),
+              "FAIL": _finish(fail)}
     status = subprocess.run([sys.executable, "-m", "analysis.cli", "status", str(base / LIMIT)],
                             capture_output=True, text=True, cwd=ROOT, timeout=120)
     return {"base": base, "submitted": submitted, "first": first, "waited": waited, "scancel": scancel,
@@ -205,6 +216,18 @@ def test_status_command_shows_the_scheduler_state(slurm_sweeps):
     assert row[1:4] == ["timeout", _entries(slurm_sweeps["base"] / LIMIT)["baseline_np1_r1"]["slurm"]["job_id"],
                         "TIMEOUT"]
     assert "1 runs: 1 timeout" in proc.stdout
+
+
+def test_max_jobs_feeds_the_queue_while_waiting_and_a_failure_is_not_retried(slurm_sweeps):
+    proc = slurm_sweeps["waited"]["FAIL"]
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert _submitted(proc.stdout) == ["baseline_np1_modefail_r1", "baseline_np1_modeok_r1"]
+    assert "scalescope sweep: 1/2 runs ok; not ok: baseline_np1_modefail_r1" in proc.stdout
+    entries = _entries(slurm_sweeps["base"] / "FAIL")
+    assert (entries["baseline_np1_modefail_r1"]["status"], entries["baseline_np1_modefail_r1"]["exit_code"]) == \
+        ("failed", 3)
+    assert "boom: deliberate failure" in entries["baseline_np1_modefail_r1"]["log_tail"]
+    assert entries["baseline_np1_modeok_r1"]["status"] == "ok"
 
 
 def test_a_job_the_scheduler_does_not_know_is_recorded_failed(local_slurm, tmp_path):
