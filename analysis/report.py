@@ -85,17 +85,25 @@ def _breakdown_by_ranks(ctx: _Context) -> pd.DataFrame:
     return ctx.memo("breakdown_by_ranks", lambda: M.breakdown_by_ranks(_breakdown(ctx), _runs(ctx)))
 
 
+def _axes(ctx: _Context) -> tuple[str, ...]:
+    """The placement axes (cluster, partition, GPU model) on which the usable runs differ:
+    the scaling studies keep them apart (each with its own baseline)."""
+    pr = ctx.per_run
+    return tuple(c for c in ("cluster", "partition", "gpu_model") if c in pr.columns and pr[c].nunique() >= 2)
+
+
 def _scaling(ctx: _Context) -> tuple[pd.DataFrame, str]:
     def make():
         pr = ctx.per_run
         if pr.empty:
             raise Skip("no run has epoch metrics (rank-*.epochs.jsonl)")
+        by = (*_axes(ctx), "config_backend", "batch_size")
         if (pr["framework"] == "none").any():
             try:
-                return M.scaling_table(pr, baseline="none"), "the one-process run without a framework"
+                return M.scaling_table(pr, baseline="none", by=by), "the one-process run without a framework"
             except ScalescopeError:
                 pass
-        return M.scaling_table(pr, baseline="min"), "each configuration's run with the fewest ranks"
+        return M.scaling_table(pr, baseline="min", by=by), "each configuration's run with the fewest ranks"
 
     return ctx.memo("scaling", make)
 
@@ -121,13 +129,14 @@ def _summary(ctx: _Context) -> Section:
     sec = Section(intro="Speedup and efficiency against the baseline, and the share of the step "
                   "spent in exposed gradient synchronisation and in data loading, per configuration and rank count.")
     table, base = _scaling(ctx)
-    cols = ["config_backend", "batch_size", "n_ranks", "n_nodes", "n_runs", "epoch_time_s_median", "speedup",
+    axes = list(_axes(ctx))
+    cols = [*axes, "config_backend", "batch_size", "n_ranks", "n_nodes", "n_runs", "epoch_time_s_median", "speedup",
             "efficiency_frac"]
     t = table[[c for c in cols if c in table.columns]].copy()
     try:
-        keys = ["config_backend", "batch_size", "n_ranks"]
+        keys = [*axes, "config_backend", "batch_size", "n_ranks"]
         b = ctx.memo("breakdown_by_batch", lambda: M.breakdown_by_ranks(
-            _breakdown(ctx), _runs(ctx), by=("config_backend", "batch_size")))
+            _breakdown(ctx), _runs(ctx), by=(*axes, "config_backend", "batch_size")))
         t = t.merge(b[[*keys, "sync_exposed_frac", "data_frac"]], on=keys, how="left")
     except Skip as exc:
         sec.notes.append(f"Sync and data shares are missing: {exc}")
@@ -234,14 +243,16 @@ def _study_scaling(ctx: _Context) -> Section:
     fw = pr[pr["framework"] != "none"]
     _multi(fw["n_ranks"], 2, "runs at two or more rank counts")
     baseline = "none" if (pr["framework"] == "none").any() else "min"
+    axes = _axes(ctx)
+    by = (*axes, "config_backend", "batch_size")
     try:
-        points = M.run_speedups(pr, baseline=baseline)
+        points = M.run_speedups(pr, baseline=baseline, by=by)
     except ScalescopeError:
-        points = M.run_speedups(pr, baseline="min")
-    fit = M.fit_speedup(points[points["framework"] != "none"], by=("config_backend",))
-    bounds = M.node_boundaries(_runs(ctx))
+        points = M.run_speedups(pr, baseline="min", by=by)
+    fit = M.fit_speedup(points[points["framework"] != "none"], by=(*axes, "config_backend"))
+    bounds = M.node_boundaries(_runs(ctx), by=axes)
     sec.figures.append(("scaling", P.plot_scaling(table[table["framework"] != "none"], fit=fit,
-                                                  boundaries=bounds)))
+                                                  boundaries=bounds, by=(*axes, "config_backend"))))
     sec.tables.append(("scaling", table, "Epoch time (s), throughput (samples/s), speedup, efficiency."))
     sec.tables.append(("speedup_fit", fit, "Linear fit of speedup against ranks (Student-t interval)."))
     return sec

@@ -54,7 +54,7 @@ def peak_memory(epochs: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Da
     epochs
         Per-rank epoch metrics (``peak_mem_mib``, ``peak_mem_kind``).
     runs
-        Optional runs table to join (``n_ranks``, ``config_backend``...).
+        Optional runs table to join (``n_ranks``, ``config_backend``, ``partition``...).
 
     Returns
     -------
@@ -74,6 +74,7 @@ def peak_memory(epochs: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Da
         extra[run_id] = float(r0.iloc[0] - others.median()) if len(r0) and len(others) else np.nan
     out["rank0_extra_mib"] = out["run_id"].map(extra).astype(float)
     if runs is not None:
-        meta = [c for c in ("run_id", "config_backend", "n_ranks", "n_nodes", "batch_size") if c in runs.columns]
+        meta = [c for c in ("run_id", "experiment", "cluster", "partition", "gpu_model", "config_backend", "n_ranks",
+                            "n_nodes", "batch_size") if c in runs.columns]
         out = runs[meta].merge(out, on="run_id", how="inner")
     return out

@@ -120,12 +120,18 @@ def phase_stragglers(events: pd.DataFrame, *, phases: Sequence[str] = ("data", "
     return out
 
 
-def straggler_summary(per_step: pd.DataFrame) -> pd.DataFrame:
+def straggler_summary(per_step: pd.DataFrame, *, runs: pd.DataFrame | None = None,
+                      by: Sequence[str] = ("config_backend", "n_ranks")) -> pd.DataFrame:
     """Per (run_id, rank): how often it was last (``n_last``, ``last_frac``), its mean and
-    total wait (``wait_mean_s``, ``wait_total_s``), from :func:`phase_stragglers`."""
+    total wait (``wait_mean_s``, ``wait_total_s``), from :func:`phase_stragglers`; with
+    ``runs``, the ``by`` columns of each run joined in front (e.g. ``partition``)."""
     require_columns(per_step, ("run_id", "rank", "wait_s", "is_last"), "straggler_summary")
     g = per_step.groupby(["run_id", "rank"], sort=True)
     out = g.agg(n_steps=("wait_s", "size"), n_last=("is_last", "sum"), wait_mean_s=("wait_s", "mean"),
                 wait_total_s=("wait_s", "sum")).reset_index()
     out["last_frac"] = out["n_last"] / out["n_steps"]
+    if runs is not None:
+        require_columns(runs, ("run_id", *by), "straggler_summary")
+        meta = runs[["run_id", *by]].assign(run_id=runs["run_id"].astype(object))
+        out = meta.merge(out.assign(run_id=out["run_id"].astype(object)), on="run_id", how="inner")
     return out
