@@ -573,6 +573,7 @@ class Assembler:
         some groups store (say, a record number), tied rows are ordered by (group, key):
         rows of a group without the key keep their storage order.
         """
+        release_freed_memory()  # what parsing freed, before the row-length arrays
         start_arr = concat_pieces([p for g in self.groups for p in self.pieces[g].pop(start, [])],
                                   np.int64)
         refine = None
