@@ -738,8 +738,10 @@ def plot_input_size(table: pd.DataFrame, *, by: str | Sequence[str] = ("config_b
     if limit is not None:
         for _, r in limit.iterrows():
             if np.isfinite(r.get("largest_ok", np.nan)):
-                fig.add_vline(x=float(r["largest_ok"]), line_dash="dash", line_color="#666666",
-                              annotation_text=f"largest that fits: {r['largest_ok']:g}")
+                top = float(np.nanmax(table["throughput_samples_per_s"])) if table["n_ok"].sum() else 1.0
+                fig.add_trace(go.Scatter(x=[float(r["largest_ok"])] * 2, y=[0.0, top], mode="lines",
+                                         line={"dash": "dash", "color": "#666666"},
+                                         name=f"largest that fits: {r['largest_ok']:g}"))
     fig.update_layout(title=title)
     fig.update_xaxes(title_text=size_label, type="log")
     fig.update_yaxes(title_text="throughput (samples/s)", rangemode="tozero")
@@ -812,9 +814,10 @@ def plot_lr_curves(table: pd.DataFrame, *, x: str = "epoch", metric: str = "val_
     if budget_s is not None and x == "wall_s":
         fig.add_vline(x=budget_s, line_dash="dash", line_color="#666666", annotation_text="time budget")
     label = {"val_loss": "validation MSE", "train_loss": "training MSE"}.get(metric, metric)
-    fig.update_layout(title=title or f"{label} against {'epochs' if x == 'epoch' else 'training time'}")
-    fig.update_xaxes(title_text="epoch" if x == "epoch" else "training time (s)")
-    fig.update_yaxes(title_text=f"{label} (log; median, band min-max over repeats)", type="log")
+    fig.update_layout(title=title or f"{label} against {'epochs' if x == 'epoch' else 'training time'} "
+                                     "(median over repeats, band: min-max)")
+    fig.update_xaxes(title_text="epoch" if x == "epoch" else "training time (s, median over repeats)")
+    fig.update_yaxes(title_text=f"{label} (log)", type="log")
     return apply_theme(fig)
 
 

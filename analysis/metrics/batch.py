@@ -194,7 +194,7 @@ LR_KEYS: tuple[str, ...] = ("lr_scaling", "config_backend", "n_ranks", "batch_si
 
 
 def lr_rule_curves(curves: pd.DataFrame, *, metric: str = "val_loss",
-                   by: Sequence[str] = LR_KEYS) -> pd.DataFrame:
+                   by: Sequence[str] = LR_KEYS, complete_only: bool = True) -> pd.DataFrame:
     """Validation loss per epoch for each learning-rate rule (none/linear/sqrt) and
     configuration, repeats combined.
 
@@ -207,12 +207,18 @@ def lr_rule_curves(curves: pd.DataFrame, *, metric: str = "val_loss",
 
     Notes
     -----
-    A repeat that stopped earlier (``--time-budget``) contributes to the epochs it reached,
-    so ``n_runs`` can drop towards the end of a curve.
+    Repeats stopped by a time budget (``--time-budget``) reach different epochs. With
+    ``complete_only`` (default) a configuration's curve ends at the last epoch every repeat
+    reached, so its median time grows with the epoch; otherwise later epochs hold the repeats
+    that got there (``n_runs`` drops).
     """
     by = [c for c in by if c in curves.columns]
     require_columns(curves, ("run_id", "epoch", "wall_s", metric), "lr_rule_curves")
     c = curves.dropna(subset=[metric])
+    if complete_only and len(c):
+        key = pd.Series([str(k) for k in c[by].itertuples(index=False, name=None)] if by else "all", index=c.index)
+        last = c.groupby("run_id")["epoch"].transform("max")
+        c = c[c["epoch"] <= last.groupby(key).transform("min")]
     return (c.groupby([*by, "epoch"], sort=True, dropna=False)
             .agg(n_runs=("run_id", "nunique"), **{f"{metric}_median": (metric, "median"),
                                                   f"{metric}_min": (metric, "min"),

@@ -38,6 +38,8 @@ def test_input_size_table_marks_oom_at_its_size():
     fig = P.plot_input_size(t, limit=lim, size_label="--curve-length")
     oom = [d for d in fig.data if d.name.startswith("out of memory")]
     assert list(oom[0].x) == [1400, 1600] and fig.layout.xaxis.type == "log"
+    line = [d for d in fig.data if d.name == "largest that fits: 1200"]
+    assert list(line[0].x) == [1200.0, 1200.0]
     assert fig.layout.yaxis.title.text == "throughput (samples/s)"
 
 
@@ -72,6 +74,16 @@ def test_lr_rule_curves_combine_repeats():
     fig = P.plot_lr_curves(lr, x="wall_s", budget_s=2.0)
     assert fig.layout.yaxis.type == "log" and "validation MSE" in fig.layout.yaxis.title.text
     assert [d.name for d in fig.data if d.mode == "lines+markers"] == ["linear · 2 · 75", "none · 2 · 75"]
+
+
+def test_lr_rule_curves_end_where_every_repeat_got_to():
+    c = _curves()
+    c = c[~((c["run_id"] == "none2") & (c["epoch"] == 2))]  # a repeat the time budget stopped earlier
+    lr = M.lr_rule_curves(c)
+    assert lr.groupby("lr_scaling")["epoch"].max().to_dict() == {"linear": 2, "none": 1}
+    assert M.lr_rule_curves(c, complete_only=False).groupby("lr_scaling")["epoch"].max().to_dict() == \
+        {"linear": 2, "none": 2}
+    assert M.lr_rule_curves(c.assign(lr_scaling=None))["epoch"].max() == 1
 
 
 def test_time_to_target_per_rule():
