@@ -121,3 +121,13 @@ def test_search_halves_when_the_start_does_not_fit():
     assert (r.largest_ok, r.smallest_oom) == (10, 11)
     assert [t["value"] for t in r.tries][:4] == [64, 32, 16, 8]
     assert json.loads(json.dumps(r.as_dict()))["largest_ok"] == 10
+
+
+def test_slurm_scripts_carry_weak_scaling_labels_and_nccl_operations(tmp_path):
+    res = _sweep("--slurm", "--dry-run", "--np", "8", "--backend", "horovod-nccl", "--scaling", "weak",
+                 "--label", "site=x", "--gpus-per-node", "4", "--cpus-per-node", "32", "--gpu-request", "gres",
+                 "--out", str(tmp_path / "e"), "--", "python", "t.py")
+    assert res.returncode == 0, res.stderr
+    assert "export SCALESCOPE_DATA_SCALE=8" in res.stdout and "export HOROVOD_GPU_OPERATIONS=NCCL" in res.stdout
+    cfg = json.loads(res.stdout.split("export SCALESCOPE_CONFIG='")[1].split("'")[0])
+    assert (cfg["labels"], cfg["scaling"], cfg["data_scale"]) == ({"site": "x"}, "weak", 8)
