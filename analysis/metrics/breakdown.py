@@ -407,6 +407,28 @@ def time_breakdown(
     return result.reset_index(drop=True)
 
 
+def warmup_end_ns(events: pd.DataFrame, *, warmup: int | str | None = WARMUP) -> dict[tuple, int]:
+    """Per (run_id, rank): the end (ns) of the last step the warm-up rule drops; ranks with
+    nothing dropped are absent. Records that start before it belong to the warm-up."""
+    w = step_times(events)
+    w = w[warmup_steps(w, warmup)]
+    if w.empty:
+        return {}
+    ends = w.groupby(["run_id", "rank"], sort=False, observed=True)["step_end_ns"].max()
+    return {(r, k): int(v) for (r, k), v in ends.items()}
+
+
+def _drop_warmup(rows: pd.DataFrame, ends: dict[tuple, int], *, rank: int | None = None) -> pd.DataFrame:
+    """``rows`` less those starting before their rank's warm-up end (``rank``: use that
+    rank's end for every row, e.g. rank 0's for a Horovod timeline)."""
+    if not ends or rows.empty:
+        return rows
+    keys = zip(plain(rows["run_id"]), rows["rank"].astype(object) if rank is None else [rank] * len(rows),
+               strict=True)
+    limit = np.array([ends.get(k, np.iinfo(np.int64).min) for k in keys], dtype=np.int64)
+    return rows[rows["start_ns"].to_numpy(np.int64) >= limit]
+
+
 def _rank_backward(events: pd.DataFrame, run_id: object, rank: int | None) -> iv.Intervals:
     ph = events[(plain(events["kind"]) == "phase") & (plain(events["name"]) == "backward")
                 & (plain(events["run_id"]) == run_id)]
@@ -415,7 +437,8 @@ def _rank_backward(events: pd.DataFrame, run_id: object, rank: int | None) -> iv
     return iv.union(ph["start_ns"].to_numpy(np.int64), end_ns(ph))
 
 
-def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward_rank: int = 0) -> pd.DataFrame:
+def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward_rank: int = 0,
+                      warmup: int | str | None = WARMUP) -> pd.DataFrame:
     """Total Horovod allreduce activity from the timeline, and its overlap with backward.
 
     Parameters
@@ -428,6 +451,9 @@ def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward
     backward_rank
         Rank whose ``backward`` phases are compared with the timeline (rank 0 writes the
         timeline, and its clock is the one the timeline was put on).
+    warmup
+        Timeline rows that start before the end of ``backward_rank``'s warm-up steps are
+        left out (:func:`warmup_count`; runs without phase records keep every row).
 
     Returns
     -------
@@ -453,6 +479,7 @@ def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward
     hv = events[plain(events["source"]) == source]
     hv = hv.assign(run_id=plain(hv["run_id"]), kind=plain(hv["kind"]), cat=plain(hv["cat"]),
                    name=plain(hv["name"]))
+    hv = _drop_warmup(hv, warmup_end_ns(events, warmup=warmup), rank=backward_rank)
     rows = []
     for (run_id,) in group_keys(hv, ("run_id",)):
         one = hv[hv["run_id"] == run_id]
@@ -492,7 +519,8 @@ def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward
     return pd.DataFrame(rows, columns=cols)
 
 
-def ddp_comm_overlap(events: pd.DataFrame, *, comm_cats: Sequence[str] = ("ddp_hook",)) -> pd.DataFrame:
+def ddp_comm_overlap(events: pd.DataFrame, *, comm_cats: Sequence[str] = ("ddp_hook",),
+                     warmup: int | str | None = WARMUP) -> pd.DataFrame:
     """DDP gradient allreduce time per rank from the comm-hook records, and how much of it
     ran under backward compute.
 
@@ -509,11 +537,12 @@ def ddp_comm_overlap(events: pd.DataFrame, *, comm_cats: Sequence[str] = ("ddp_h
     Bucket records may overlap each other; every duration is the length of a union.
     Backward compute is the ``backward`` phase less the ``sync`` wait nested in it (the
     priority rule of :func:`time_breakdown`), so a bucket that can only start when the
-    gradients are complete is not counted as overlapped.
+    gradients are complete is not counted as overlapped. Bucket records of warm-up steps
+    (``warmup``, :func:`warmup_count`) are left out.
     """
     require_columns(events, ("run_id", "rank", "kind", "cat", "start_ns", "dur_ns", "bytes"), "ddp_comm_overlap")
     comm = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
-    comm = comm.assign(run_id=plain(comm["run_id"]))
+    comm = _drop_warmup(comm.assign(run_id=plain(comm["run_id"])), warmup_end_ns(events, warmup=warmup))
     ph = _phases(events)
     rows = []
     for run_id, rank in group_keys(comm, ("run_id", "rank")):
