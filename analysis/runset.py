@@ -365,9 +365,12 @@ def _scan(path: Path) -> list[tuple[str | None, dict, Path | None, dict | None]]
             )
         return out
     run_dirs = sorted(d for d in path.iterdir() if (d / "run.json").is_file())
+    experiments = sorted(d for d in path.iterdir() if (d / "experiment.json").is_file())
+    if not run_dirs and experiments:  # a folder of experiments (e.g. one per partition)
+        return [item for d in experiments for item in _scan(d)]
     if not run_dirs:
         raise ReadError(path, "neither an experiment directory (experiment.json) nor a run directory (run.json), "
-                              "and no run directories inside")
+                              "and no run or experiment directories inside")
     return [(path.name, {}, d, _load_json(d / "run.json", "scalescope.run")) for d in run_dirs]
 
 
@@ -482,8 +485,8 @@ class RunSet:
     def from_dirs(
         cls, paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *, include_failed: bool = False
     ) -> RunSet:
-        """Load experiment directories (``experiment.json``), run directories (``run.json``)
-        or directories of run directories.
+        """Load experiment directories (``experiment.json``), run directories (``run.json``),
+        directories of run directories, or directories of experiment directories.
 
         A run listed in ``experiment.json`` whose directory or ``run.json`` is missing is
         kept in :attr:`runs` with the status the launcher recorded. When two experiments hold

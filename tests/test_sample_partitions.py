@@ -61,8 +61,14 @@ def test_find_max_bracket_matches_the_runs():
     assert set(rs.failed_runs()["status"]) == {"oom"}
 
 
+def test_a_folder_of_experiments_reads_as_one_runset():
+    rs = RunSet.from_dirs(DATA)
+    assert sorted(rs.runs["experiment"].unique()) == sorted(EXPERIMENTS)
+    assert len(rs.runs) == 46
+
+
 def test_report_shows_every_new_study(tmp_path):
-    page = build_report([DATA / e for e in EXPERIMENTS], tmp_path / "report", static=False)
+    page = build_report(DATA, tmp_path / "report", static=False)
     text = page.read_text()
     for fig in ("fig-clusters_scaling", "fig-clusters_slopes", "fig-strong_weak", "fig-input_size_curve-length",
                 "fig-batch_speedup", "fig-equal_batch", "fig-lr_loss_epochs", "fig-lr_loss_time"):
