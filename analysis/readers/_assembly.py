@@ -522,9 +522,6 @@ class Assembler:
                              strict=True):
             kept.append(new)
 
-    def has_sparse(self, name: str) -> bool:
-        return name in self._sparse
-
     # -- building
 
     def _first(self, group: str) -> int:
@@ -589,6 +586,7 @@ class Assembler:
 
     @property
     def size(self) -> int:
+        """Rows of the frame (once :meth:`order` has run)."""
         return self._order.n
 
     def blocks(self) -> list[slice]:
