@@ -186,3 +186,26 @@ def test_key_codes_by_table_and_by_search():
         assert codes.categories == ["a", "b"]
         q = np.array([keys[0], keys[1], keys[2], 11, -1], dtype=np.int64)
         assert codes(q).tolist() == [0, 1 if keys[1] >= 0 else -1, 0, -1, -1]
+
+
+def test_format_modules_leave_frame_building_to_the_assembler():
+    """Issue 12: a format module decodes and maps; time ordering, scatter/drain and
+    returning memory belong to ``_assembly`` (no format module names those helpers), and
+    no function of a format module is longer than 80 lines."""
+    import ast
+    from pathlib import Path
+
+    internals = {"drain", "concat_pieces", "release_freed_memory", "TimeOrder", "row_blocks",
+                 "lazy_zeros", "scatter", "malloc_trim"}
+    modules = sorted(p for p in Path(_assembly.__file__).parent.glob("*.py")
+                     if not p.name.startswith("_"))
+    assert {"horovod.py", "kineto.py"} <= {p.name for p in modules}
+    for path in modules:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        used = ({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+                | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)})
+        assert not used & internals, f"{path.name} builds frames by hand: {used & internals}"
+        long = {f.name: f.end_lineno - f.lineno + 1 for f in ast.walk(tree)
+                if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and f.end_lineno - f.lineno + 1 > 80}
+        assert not long, f"{path.name}: functions over 80 lines: {long}"
