@@ -98,7 +98,7 @@ def test_horovod_roundtrip(tmp_path, tensors, seed, anchor, terminated):
 
 @SETTINGS
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=60))
-def test_match_spans_vectorised_equals_stack(pairs):
+def test_vectorised_matcher_equals_stack(pairs):
     is_b = np.array([b for b, _ in pairs], dtype=bool)
     pid = np.array([p for _, p in pairs], dtype=np.int64)
     _assert_matchers_agree(is_b, pid)
