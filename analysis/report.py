@@ -710,6 +710,7 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
                               notes=[traceback.format_exc(limit=3)])
             sec.key, sec.title = key, title
             sections.append(sec)
+        damaged = rs.damaged  # after the studies loaded the data: load-time damage included
     data_warnings = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
 
     # tables always go to export/ (no browser needed)
@@ -750,9 +751,12 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
         "experiment_dirs": [str(Path(d).resolve()) for d in dirs],
         "plotlyjs": plotly.offline.get_plotlyjs(),
         "runs_table": _table_html(rs.runs[[c for c in runs_cols if c in rs.runs.columns]]),
-        "n_runs": len(rs.runs), "n_ok": int((rs.runs["status"] == "ok").sum()),
+        "n_runs": len(rs.runs), "n_ok": int(((rs.runs["status"] == "ok")
+                                                & ~rs.runs["run_id"].isin(damaged["run_id"].dropna())).sum()),
         "failed": [{"run_id": r.run_id, "status": r.status, "exit_code": _fmt(r.exit_code),
                     "log_tail": r.log_tail or "(no log)"} for r in failed.itertuples()],
+        "damaged_table": _table_html(damaged) if len(damaged) else None,
+        "n_damaged": len(damaged),
         "sections": rendered,
         "skipped": [(s.title, s.skipped) for s in sections if s.skipped],
         "events_error": events_error,

@@ -15,7 +15,6 @@ never finished stay in :attr:`RunSet.runs` with their status; their data is left
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -24,11 +23,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import schema
+from analysis import rundir, schema
 from analysis.errors import ReadError, RecoveryWarning, ScalescopeError
+from analysis.rundir import EPOCH_COLUMNS, FORMAT_VERSION, read_epochs
 
-#: The newest manifest format version this code reads.
-FORMAT_VERSION = 1
+__all__ = ["DAMAGE_COLUMNS", "EPOCH_COLUMNS", "FORMAT_VERSION", "RUN_COLUMNS", "RunSet", "read_epochs",
+           "read_rank_devices"]
 #: Status of a run whose data is used by default.
 OK_STATUS = "ok"
 
@@ -75,18 +75,16 @@ RUN_COLUMNS: dict[str, str] = {
     "comm_warnings": "object",
 }
 
-EPOCH_COLUMNS: dict[str, str] = {
+#: The damaged or missing parts of an experiment (:attr:`RunSet.damaged`): ``run_id`` (None
+#: for the experiment as a whole), ``part`` (``run directory``, ``run.json``,
+#: ``experiment.json``, ``events``, ``samples``, ``epochs``, ``rank_devices``), ``path``,
+#: ``reason`` and ``excluded`` (the data left out because of it).
+DAMAGE_COLUMNS: dict[str, str] = {
     "run_id": "object",
-    "rank": "Int32",
-    "epoch": "Int32",
-    "epoch_time_s": "float64",
-    "samples": "Int64",
-    "train_loss": "float64",
-    "val_loss": "float64",
-    "val_metric": "float64",
-    "peak_mem_mib": "float64",
-    "peak_mem_kind": "object",
-    "wall_ns": "Int64",
+    "part": "object",
+    "path": "object",
+    "reason": "object",
+    "excluded": "object",
 }
 
 
@@ -127,7 +125,7 @@ def read_rank_devices(run_dir: str | os.PathLike[str], *, run_id: str | None = N
     that, both indices are taken to be the same.
     """
     run_dir = Path(run_dir)
-    m = _load_json(run_dir / "run.json", "scalescope.run")
+    m = rundir.read_manifest(run_dir)
     rid = run_id or m.get("run_id") or run_dir.name
     hosts = ((m.get("sampler") or {}).get("hosts") or {})
     rows = []
@@ -153,45 +151,6 @@ def read_rank_devices(run_dir: str | os.PathLike[str], *, run_id: str | None = N
     for col, dtype in RANK_DEVICE_COLUMNS.items():
         df[col] = df[col].astype(object) if dtype == "object" else pd.to_numeric(df[col]).astype(dtype)
     return df.sort_values("rank").reset_index(drop=True)
-
-
-def _load_json(path: Path, fmt: str) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReadError(path, f"cannot read: {exc.strerror or exc}") from None
-    if not text.strip():
-        raise ReadError(path, "file is empty")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReadError(path, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise ReadError(path, f"expected a JSON object, found {type(data).__name__}")
-    if data.get("format") not in (None, fmt):
-        raise ReadError(path, f"format is {data.get('format')!r}, expected {fmt!r}")
-    version = data.get("format_version", 1)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ReadError(
-            path, f"format_version {version!r} is newer than this scalescope reads ({FORMAT_VERSION}); upgrade scalescope"
-        )
-    return data
-
-
-def _log_tail(run_dir: Path | None, n_lines: int = 20) -> str | None:
-    if run_dir is None:
-        return None
-    parts = []
-    for name in ("stderr.log", "stdout.log"):
-        f = run_dir / name
-        if f.is_file():
-            try:
-                lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
-            except OSError:
-                continue
-            if lines:
-                parts.append("\n".join(lines[-n_lines:]))
-    return "\n".join(parts) or None
 
 
 def _backend_label(framework: str | None, backend: str | None, config: dict, manifest: dict | None) -> str | None:
@@ -254,7 +213,7 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
     exit_code = entry.get("exit_code", m.get("exit_code"))
     log_tail = entry.get("log_tail")
     if log_tail is None and status != OK_STATUS:
-        log_tail = _log_tail(run_dir)
+        log_tail = rundir.log_tail(run_dir)
     framework = m.get("framework")
     if framework is None and config.get("backend"):
         framework = "none" if config["backend"] == "none" else str(config["backend"]).split("-")[0]
@@ -329,110 +288,127 @@ def _typed_runs(rows: list[dict]) -> pd.DataFrame:
     return df[[*RUN_COLUMNS, *sorted(extra)]].reset_index(drop=True)
 
 
-def _scan(path: Path) -> list[tuple[str | None, dict, Path | None, dict | None]]:
-    """(experiment name, experiment entry, run dir, run manifest) for every run under path."""
+#: One scanned run: (experiment name, experiment entry, run dir, run manifest, damage records).
+_Scanned = tuple[str | None, dict, Path | None, dict | None, list[dict]]
+
+
+def _damage(part: str, path: Path | str | None, reason: str, excluded: str, run_id: str | None = None) -> dict:
+    return {"run_id": run_id, "part": part, "path": None if path is None else str(path), "reason": reason,
+            "excluded": excluded}
+
+
+def _looks_like_run(d: Path) -> bool:
+    """A directory holding a run's files (traces, epochs, samples or logs) but no run.json."""
+    try:
+        return d.is_dir() and any(f.name.startswith(("rank-", "samples-")) or f.name in ("stdout.log", "stderr.log")
+                                  for f in d.iterdir())
+    except OSError:
+        return False
+
+
+def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
+    """One run listed in experiment.json, with what is damaged or missing about it. Only a
+    run the launcher recorded as ``ok`` is expected to have a directory and a run.json."""
+    run_dir = path / str(entry["run_id"])
+    expected = entry.get("status") in (OK_STATUS, None)
+    damage = []
+    if not run_dir.is_dir():
+        if expected:
+            damage.append(_damage("run directory", run_dir, "listed in experiment.json but the directory is missing",
+                                  "all data"))
+        return (name, entry, None, None, damage)
+    manifest = None
+    if (run_dir / "run.json").exists():
+        try:
+            manifest = rundir.read_manifest(run_dir)
+        except ReadError as exc:
+            damage.append(_damage("run.json", run_dir / "run.json", exc.problem,
+                                  "events, samples and GPU mapping (the run's row comes from experiment.json)"))
+    elif expected:
+        damage.append(_damage("run.json", run_dir / "run.json", "missing",
+                              "events, samples and GPU mapping (the run's row comes from experiment.json)"))
+    return (name, entry, run_dir, manifest, damage)
+
+
+def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[dict]]:
+    try:
+        exp = rundir.load_manifest(exp_file, rundir.EXPERIMENT_FORMAT)
+        runs = exp.get("runs")
+        if not isinstance(runs, list):
+            raise ReadError(exp_file, "has no 'runs' list")
+    except ReadError as exc:
+        # the runs are still there: read them from their own run.json
+        found, damage = _scan_dirs(path, path.name)
+        if not found:
+            raise
+        note = _damage("experiment.json", exp_file, exc.problem,
+                       "the launcher's records (status, exit code, log tail); runs found from their run.json")
+        return found, [note, *damage]
+    name = exp.get("name") or path.name
+    out, damage, listed = [], [], set()
+    for i, entry in enumerate(runs):
+        rid = entry.get("run_id") if isinstance(entry, dict) else None
+        if not isinstance(rid, str) or not rid or Path(rid).name != rid:
+            damage.append(_damage("experiment.json", exp_file, f"runs[{i}] has no valid run_id", f"runs[{i}]"))
+            continue
+        listed.add(rid)
+        out.append(_experiment_run(path, name, entry))
+    unlisted = sorted(d.name for d in path.iterdir() if (d / "run.json").is_file() and d.name not in listed)
+    if unlisted:
+        warnings.warn(f"{exp_file}: {len(unlisted)} run director(ies) not listed in the manifest are ignored: "
+                      + ", ".join(unlisted[:10]), RecoveryWarning, stacklevel=4)
+    for d in sorted(path.iterdir()):
+        if d.name not in listed and not (d / "run.json").exists() and d.name != "report" and _looks_like_run(d):
+            damage.append(_damage("run directory", d, "not listed in experiment.json and has no run.json",
+                                  "all data", run_id=d.name))
+    return out, damage
+
+
+def _scan_dirs(path: Path, name: str) -> tuple[list[_Scanned], list[dict]]:
+    """The run directories (holding a run.json) inside ``path``."""
+    out = []
+    for d in sorted(d for d in path.iterdir() if (d / "run.json").exists()):
+        try:
+            out.append((name, {}, d, rundir.read_manifest(d), []))
+        except ReadError as exc:
+            out.append((name, {}, d, None, [_damage("run.json", d / "run.json", exc.problem, "all data")]))
+    return out, []
+
+
+def _scan(path: Path) -> tuple[list[_Scanned], list[dict]]:
+    """Every run under path, and the damage of the experiment as a whole (run_id None).
+
+    A single run directory must have a valid run.json (it raises otherwise); inside an
+    experiment, a damaged manifest, run.json or run directory is recorded, never fatal."""
     if not path.exists():
         raise ReadError(path, "directory not found")
     if not path.is_dir():
         raise ReadError(path, "not a directory (expected an experiment or run directory)")
     if (path / "run.json").is_file():
-        return [(None, {}, path, _load_json(path / "run.json", "scalescope.run"))]
+        return [(None, {}, path, rundir.read_manifest(path), [])], []
     exp_file = path / "experiment.json"
-    if exp_file.is_file():
-        exp = _load_json(exp_file, "scalescope.experiment")
-        name = exp.get("name") or path.name
-        runs = exp.get("runs")
-        if not isinstance(runs, list):
-            raise ReadError(exp_file, "has no 'runs' list")
-        out = []
-        listed = set()
-        for i, entry in enumerate(runs):
-            if not isinstance(entry, dict) or not entry.get("run_id"):
-                raise ReadError(exp_file, f"runs[{i}] has no run_id")
-            run_dir = path / str(entry["run_id"])
-            listed.add(run_dir.name)
-            manifest = None
-            if (run_dir / "run.json").is_file():
-                manifest = _load_json(run_dir / "run.json", "scalescope.run")
-            out.append((name, entry, run_dir if run_dir.is_dir() else None, manifest))
-        unlisted = sorted(d.name for d in path.iterdir() if (d / "run.json").is_file() and d.name not in listed)
-        if unlisted:
-            warnings.warn(
-                f"{exp_file}: {len(unlisted)} run director(ies) not listed in the manifest are ignored: "
-                + ", ".join(unlisted[:10]),
-                RecoveryWarning,
-                stacklevel=3,
-            )
-        return out
-    run_dirs = sorted(d for d in path.iterdir() if (d / "run.json").is_file())
-    experiments = sorted(d for d in path.iterdir() if (d / "experiment.json").is_file())
-    if not run_dirs and experiments:  # a folder of experiments (e.g. one per partition)
-        return [item for d in experiments for item in _scan(d)]
-    if not run_dirs:
+    if exp_file.exists():
+        return _scan_experiment(path, exp_file)
+    found, damage = _scan_dirs(path, path.name)
+    if not found:
         raise ReadError(path, "neither an experiment directory (experiment.json) nor a run directory (run.json), "
-                              "and no run or experiment directories inside")
-    return [(path.name, {}, d, _load_json(d / "run.json", "scalescope.run")) for d in run_dirs]
+                              "and no run directories inside")
+    return found, damage
 
 
 def _empty(columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
-def read_epochs(run_dir: str | os.PathLike[str], *, run_id: str | None = None) -> pd.DataFrame:
-    """Per-rank epoch metrics of one run directory (``rank-NNNNN.epochs.jsonl``).
+def _damage_message(d: dict) -> str:
+    where = f"run {d['run_id']}: " if d["run_id"] else ""
+    return f"{where}{d['part']} damaged: {d['path']}: {d['reason']}; left out: {d['excluded']}"
 
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (rank, epoch) with the columns of :data:`EPOCH_COLUMNS`.
 
-    Notes
-    -----
-    The files are appended line by line, so a killed rank can leave a cut-off last line:
-    it is dropped with one :class:`~analysis.errors.RecoveryWarning`. Any other line that
-    is not a JSON object raises :class:`~analysis.errors.ReadError`.
-    """
-    run_dir = Path(run_dir)
-    rid = run_id or run_dir.name
-    rows = []
-    for f in sorted(run_dir.glob("rank-*.epochs.jsonl")):
-        try:
-            text = f.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ReadError(f, f"cannot read: {exc.strerror or exc}") from None
-        lines = text.split("\n")
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                if i == len(lines) - 1:  # no newline after it: cut off while being written
-                    warnings.warn(
-                        f"{f}: dropped a cut-off last line ({len(line)} bytes) of a run that stopped while writing",
-                        RecoveryWarning,
-                        stacklevel=2,
-                    )
-                    continue
-                raise ReadError(f, f"line {i + 1} is not valid JSON") from None
-            if not isinstance(obj, dict):
-                raise ReadError(f, f"line {i + 1} is not a JSON object")
-            if "rank" not in obj:
-                try:
-                    obj["rank"] = int(f.name.split("-")[1].split(".")[0])
-                except (IndexError, ValueError):
-                    raise ReadError(f, f"line {i + 1} has no rank") from None
-            rows.append({c: obj.get(c) for c in EPOCH_COLUMNS if c != "run_id"})
-    if not rows:
-        return _empty(EPOCH_COLUMNS)
-    df = pd.DataFrame(rows)
-    df.insert(0, "run_id", rid)
-    for col, dtype in EPOCH_COLUMNS.items():
-        if dtype == "object":
-            df[col] = df[col].astype(object).where(df[col].notna(), None)
-        else:
-            df[col] = pd.to_numeric(df[col], errors="coerce").astype(dtype)
-    return df.sort_values(["rank", "epoch"], kind="stable").reset_index(drop=True)
+def _damage_frame(records: list[dict]) -> pd.DataFrame:
+    if not records:
+        return _empty(DAMAGE_COLUMNS)
+    return pd.DataFrame([{c: d.get(c) for c in DAMAGE_COLUMNS} for d in records], columns=list(DAMAGE_COLUMNS))
 
 
 class RunSet:
@@ -469,6 +445,7 @@ class RunSet:
         epochs: pd.DataFrame | None = None,
         rank_devices: pd.DataFrame | None = None,
         include_failed: bool = False,
+        damaged: pd.DataFrame | None = None,
     ):
         if "run_id" not in runs.columns:
             raise ScalescopeError("a runs table needs a run_id column")
@@ -479,6 +456,7 @@ class RunSet:
         self._tables: dict[str, pd.DataFrame | None] = {"events": events, "samples": samples, "epochs": epochs,
                                                         "rank_devices": rank_devices}
         self.include_failed = include_failed
+        self._damage: list[dict] = [] if damaged is None else damaged.to_dict("records")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -494,10 +472,13 @@ class RunSet:
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        rows = []
+        rows, run_damage, damage = [], [], []
         for p in paths:
-            for exp, entry, run_dir, manifest in _scan(Path(p)):
+            scanned, whole = _scan(Path(p))
+            damage.extend(whole)
+            for exp, entry, run_dir, manifest, dmg in scanned:
                 rows.append(_run_row(exp, entry, run_dir, manifest))
+                run_damage.append(dmg)
         if not rows:
             raise ScalescopeError("no runs found in " + ", ".join(map(str, paths)))
         ids = pd.Series([r["run_id"] for r in rows])
@@ -507,7 +488,11 @@ class RunSet:
                 r["run_id"] = f"{r['experiment']}/{r['run_id']}"
         if pd.Series([r["run_id"] for r in rows]).duplicated().any():
             raise ScalescopeError("the same run was given twice: " + ", ".join(sorted(ids[dup].astype(str))))
-        return cls(_typed_runs(rows), include_failed=include_failed)
+        for r, dmg in zip(rows, run_damage, strict=True):
+            damage.extend({**d, "run_id": r["run_id"]} for d in dmg)
+        for d in damage:
+            warnings.warn(_damage_message(d), RecoveryWarning, stacklevel=2)
+        return cls(_typed_runs(rows), include_failed=include_failed, damaged=_damage_frame(damage))
 
     # ------------------------------------------------------------------ tables
     @property
@@ -527,19 +512,29 @@ class RunSet:
 
     def _load(self, which: str) -> pd.DataFrame:
         frames = []
+        # runs without a usable run.json (recorded when scanned) have no events, samples or GPU mapping
+        no_manifest = {d["run_id"] for d in self._damage if d["part"] in ("run.json", "run directory")}
         for row in self.usable_runs().itertuples(index=False):
             if row.path is None or not Path(row.path).is_dir():
                 continue
             if which == "epochs":
-                frames.append(read_epochs(row.path, run_id=row.run_id))
+                found: list[dict] = []
+                frames.append(read_epochs(row.path, run_id=row.run_id, damage=found))
+                self._note_damage(row.run_id, found, "the epochs in this file")
+                continue
+            if row.run_id in no_manifest:
+                continue
+            try:
+                df = self._read_run(row.path, which, row.run_id)
+            except Exception as exc:  # one damaged run never takes the others down
+                reason = getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}"
+                path = getattr(exc, "path", None) or row.path
+                self._note_damage(row.run_id, [{"part": which, "path": path, "reason": reason}],
+                                  f"{which} of run {row.run_id}")
                 continue
             if which == "rank_devices":
-                if (Path(row.path) / "run.json").is_file():
-                    frames.append(read_rank_devices(row.path, run_id=row.run_id))
+                frames.append(df)
                 continue
-            from analysis.readers.scalescope import read_run_dir
-
-            df = read_run_dir(row.path, kind=which)
             if len(df):
                 df = df.copy()
                 # the runs table's id is the key (it differs when two experiments collide)
@@ -552,6 +547,36 @@ class RunSet:
         if not frames:
             return schema.empty_events() if which == "events" else schema.empty_samples()
         return schema.concat(frames)
+
+    @staticmethod
+    def _read_run(path: str, which: str, run_id: str) -> pd.DataFrame:
+        if which == "rank_devices":
+            return read_rank_devices(path, run_id=run_id)
+        from analysis.readers.scalescope import read_run_dir
+
+        return read_run_dir(path, kind=which)
+
+    def _note_damage(self, run_id: str, found: list[dict], excluded: str) -> None:
+        for d in found:
+            rec = {"run_id": run_id, **d, "excluded": excluded}
+            if rec in self._damage:  # a subset loading a table again
+                continue
+            self._damage.append(rec)
+            warnings.warn(_damage_message(rec), RecoveryWarning, stacklevel=4)
+
+    @property
+    def damaged(self) -> pd.DataFrame:
+        """The damaged or missing parts of these runs (:data:`DAMAGE_COLUMNS`), one row each.
+
+        Found while scanning (a missing run directory, a damaged or missing ``run.json`` or
+        ``experiment.json``, a run directory with neither) and while loading the data (a
+        rank trace, samples or epochs file that cannot be read): so this loads the events,
+        samples, epochs and GPU mapping first. Each damaged part leaves out only the data
+        named in ``excluded``; the rest of the run is used.
+        """
+        for which in ("events", "samples", "epochs", "rank_devices"):
+            self._table(which)
+        return _damage_frame(self._damage)
 
     def _table(self, which: str) -> pd.DataFrame:
         if self._tables[which] is None:
@@ -587,7 +612,8 @@ class RunSet:
                 tables[name] = None
             else:
                 tables[name] = df[df["run_id"].astype(object).isin(keep)].reset_index(drop=True)
-        return RunSet(runs.reset_index(drop=True), include_failed=self.include_failed, **tables)
+        dmg = _damage_frame([d for d in self._damage if d["run_id"] is None or d["run_id"] in keep])
+        return RunSet(runs.reset_index(drop=True), include_failed=self.include_failed, damaged=dmg, **tables)
 
     def filter(self, **meta: object) -> RunSet:
         """Runs whose columns match: a scalar is compared for equality, a list/tuple/set
@@ -630,7 +656,7 @@ class RunSet:
             mask &= m.fillna(False).astype(bool)
         tables = dict(self._tables)
         tables["events"] = ev[mask].reset_index(drop=True)
-        return RunSet(self._runs, include_failed=self.include_failed, **tables)
+        return RunSet(self._runs, include_failed=self.include_failed, damaged=_damage_frame(self._damage), **tables)
 
     def groupby(self, col: str) -> Iterator[tuple[object, RunSet]]:
         """``(value, RunSet)`` for each distinct value of a runs column, in sorted order."""
