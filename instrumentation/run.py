@@ -171,21 +171,19 @@ class _Comm:
         return 0 if self.dist is None else None
 
     def backend(self) -> str | None:
-        env = os.environ.get("SCALESCOPE_BACKEND")
-        if env:
-            return env
+        """What the run uses (Horovod's controller, DDP's process-group backend); the sweep's
+        ``SCALESCOPE_BACKEND`` only where the framework cannot say."""
         try:
             if self.hvd is not None:
                 if self.hvd.mpi_enabled():
                     return "mpi"
                 if self.hvd.gloo_enabled():
                     return "gloo"
-                return None
-            if self.dist is not None:
+            elif self.dist is not None:
                 return str(self.dist.get_backend())
         except Exception:
-            return None
-        return None
+            pass
+        return os.environ.get("SCALESCOPE_BACKEND") or None
 
     def barrier(self) -> None:
         if self.hvd is not None:
