@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import warnings
 import zlib
 from pathlib import Path
@@ -14,8 +17,52 @@ from analysis.errors import ReadError, RecoveryWarning
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _os_problem(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "symbolic link loop (too many levels of symbolic links)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if exc.errno == errno.ENOENT:
+        return "file not found"
+    if exc.errno == errno.ENOTDIR:
+        return "a component of the path is not a directory"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "file name too long"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def check_file(path: str | os.PathLike[str]) -> os.stat_result:
+    """``os.stat`` of a regular file, or a :class:`ReadError` naming the real problem: not
+    found, a symbolic link loop, permission denied (on the file or a directory above it), a
+    directory, or not a regular file (a FIFO, socket or device is refused, never opened, so
+    reading one cannot hang)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            raise ReadError(path, "broken symbolic link (its target does not exist)") from None
+        raise ReadError(path, _os_problem(exc)) from None
+    except ValueError as exc:  # an embedded NUL byte
+        raise ReadError(path, f"invalid path: {exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ReadError(path, "is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        what = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise ReadError(path, f"is {what}, not a regular file; refused")
+    return st
+
+
 def head(path: Path, n: int = 4096) -> bytes:
-    """The first ``n`` bytes of a file, decompressed if it is gzip (for ``sniff``)."""
+    """The first ``n`` bytes of a file, decompressed if it is gzip (for ``sniff``); empty
+    for anything that is not a readable regular file (never blocks on a FIFO)."""
+    try:
+        check_file(path)
+    except ReadError:
+        return b""
     try:
         with open(path, "rb") as fh:
             raw = fh.read(n)
@@ -35,15 +82,15 @@ def head(path: Path, n: int = 4096) -> bytes:
 
 
 def open_binary(path: str | Path) -> BinaryIO:
-    """``open(path, "rb")`` with a :class:`ReadError` naming the file for every failure."""
+    """``open(path, "rb")`` of a regular file (:func:`check_file`) with a :class:`ReadError`
+    naming the file and the real problem for every failure."""
+    check_file(path)
     try:
         return open(path, "rb")
-    except FileNotFoundError:
-        raise ReadError(path, "file not found") from None
     except IsADirectoryError:
         raise ReadError(path, "is a directory, not a file") from None
     except OSError as exc:
-        raise ReadError(path, f"cannot read: {exc.strerror or exc}") from None
+        raise ReadError(path, _os_problem(exc)) from None
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -66,6 +113,8 @@ def read_bytes(path: str | Path) -> bytes:
     try:
         out = d.decompress(raw)
     except zlib.error as exc:
+        if "incorrect data check" in str(exc) or "incorrect length check" in str(exc):
+            raise ReadError(path, f"corrupt gzip file: its CRC/length check fails ({exc}); the data is damaged") from None
         raise ReadError(path, f"corrupt gzip data: {exc}") from None
     if not d.eof:
         warnings.warn(

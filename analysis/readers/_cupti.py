@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis._io import check_file
 from analysis.errors import ReadError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -476,22 +477,19 @@ def demangle(names: Sequence[str]) -> tuple[list[str], str]:
 
 # --- SQLite -----------------------------------------------------------------------------------
 def has_sqlite_magic(path: Path) -> bool:
-    """True when the file starts with the SQLite 3 header."""
+    """True when the file is a regular file that starts with the SQLite 3 header."""
     try:
+        check_file(path)
         with open(path, "rb") as fh:
             return fh.read(16) == SQLITE_MAGIC
-    except OSError:
+    except (OSError, ReadError):
         return False
 
 
 def connect_ro(path: Path) -> sqlite3.Connection:
     """Open a SQLite file read-only (URI ``file:...?mode=ro``); ReadError on failure."""
     path = Path(path)
-    if not path.exists():
-        raise ReadError(path, "file not found")
-    if path.is_dir():
-        raise ReadError(path, "is a directory, not a file")
-    if path.stat().st_size == 0:
+    if check_file(path).st_size == 0:
         raise ReadError(path, "file is empty (0 bytes)")
     if not has_sqlite_magic(path):
         raise ReadError(path, "not a SQLite database (no 'SQLite format 3' header)")
@@ -534,3 +532,11 @@ def sniff_tables(path: Path) -> set[str] | None:
             con.close()
     except sqlite3.Error:
         return None
+
+
+def damaged_sqlite(path: Path, suffixes: Sequence[str]) -> bool:
+    """For ``sniff``: a file with one of ``suffixes`` and the SQLite header whose table list
+    cannot be read (truncated or corrupt). The reader claims it, so that reading it says what
+    is wrong with the database instead of "not a format scalescope knows"."""
+    path = Path(path)
+    return path.name.lower().endswith(tuple(suffixes)) and has_sqlite_magic(path) and sniff_tables(path) is None

@@ -68,6 +68,7 @@ from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import default_run_id, register
 from analysis.readers._cupti import (
     connect_ro,
+    damaged_sqlite,
     is_nccl_kernel,
     is_sync_api,
     sniff_tables,
@@ -112,7 +113,9 @@ NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 def sniff(path: Path) -> bool:
     """An SQLite file with ``StringIds`` and an nsys metadata table."""
     tables = sniff_tables(Path(path))
-    if not tables or "StringIds" not in tables:
+    if tables is None:
+        return damaged_sqlite(path, (".sqlite", ".sqlite3"))
+    if "StringIds" not in tables:
         return False
     return any(t in tables for t in _NSYS_MARKER_TABLES) or any(
         t.startswith("TARGET_INFO_") for t in tables

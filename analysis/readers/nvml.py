@@ -37,6 +37,7 @@ import csv
 import datetime as dt
 import io
 import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,7 +46,7 @@ import pandas as pd
 
 from analysis import schema
 from analysis._io import head, keep_parsed, read_bytes
-from analysis.errors import ReadError
+from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import default_run_id, register
 
 NAME = "nvml"
@@ -192,10 +193,13 @@ def _localize(naive: pd.Series, tz: object) -> pd.Series:
     return naive.dt.tz_localize(_tzinfo(tz), ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
 
 
-def _values(col: pd.Series, target: str, header_unit: str) -> np.ndarray:
+def _values(col: pd.Series, target: str, header_unit: str, path: Path) -> np.ndarray:
     kind = "mem" if target.startswith("mem_") else "pct" if target.endswith("_pct") else target
     scale = _SCALE[kind]
+    if header_unit.lower().replace("°", "") not in scale:
+        raise ValueError(f"unknown unit {header_unit!r} in the header for {target}")
     out = np.full(len(col), np.nan)
+    bad: dict[str, int] = {}
     for i, raw in enumerate(col):
         m = _VALUE.match(str(raw))
         if not m:
@@ -203,8 +207,15 @@ def _values(col: pd.Series, target: str, header_unit: str) -> np.ndarray:
         unit = (m[2] or header_unit).lower().replace("°", "")
         factor = scale.get(unit)
         if factor is None:
-            raise ValueError(f"unknown unit {unit!r} for {target}")
+            bad[unit] = bad.get(unit, 0) + 1
+            continue
         out[i] = float(m[1]) * factor
+    if bad and np.isnan(out).all():  # not one stray value: the column's unit is unknown
+        raise ValueError(f"unknown unit {next(iter(bad))!r} for {target}")
+    if bad:
+        units = ", ".join(repr(u) for u in list(bad)[:3])
+        warnings.warn(f"{path}: {sum(bad.values())} {target} value(s) with an unreadable unit ({units}) left "
+                      "empty", RecoveryWarning, stacklevel=5)
     return out
 
 
@@ -247,10 +258,7 @@ def read(
     """
     path = Path(path)
     raw = read_bytes(path)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("latin-1")
+    text = _decode(raw)
     rows = [r for r in csv.reader(io.StringIO(text.lstrip("\ufeff")), skipinitialspace=True) if r]
     if not rows:
         raise ReadError(path, "no rows (the file holds only blank lines)")
@@ -279,6 +287,19 @@ def read(
         **data,
     )
     return schema.validate_samples(df)
+
+
+def _decode(raw: bytes) -> str:
+    """UTF-8 (nvidia-smi's own), with stray invalid bytes replaced; Latin-1 for a file with
+    no valid UTF-8 multi-byte character at all (an old log whose "°" is one byte)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    text = raw.decode("utf-8", errors="replace")
+    if any(ord(c) > 127 and c != "\ufffd" for c in text):
+        return text
+    return raw.decode("latin-1")
 
 
 def _header(rows: list[list[str]], columns: Sequence[str] | None, path: Path,
@@ -318,7 +339,7 @@ def _metrics(frame: pd.DataFrame, header: list[str], targets: list, path: Path) 
             data["device"] = pd.array(pd.to_numeric(frame[i], errors="coerce"), dtype="Int16")
             continue
         try:
-            data[target] = _values(frame[i], target, unit)
+            data[target] = _values(frame[i], target, unit, path)
         except ValueError as exc:
             raise ReadError(path, f"column {header[i]!r}: {exc}") from None
     return data

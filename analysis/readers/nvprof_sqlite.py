@@ -49,6 +49,7 @@ from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import default_run_id, register
 from analysis.readers._cupti import (
     connect_ro,
+    damaged_sqlite,
     demangle,
     driver_cbid_name,
     is_nccl_kernel,
@@ -84,6 +85,8 @@ _MASK32 = 0xFFFFFFFF
 def sniff(path: Path) -> bool:
     """SQLite with ``StringTable`` and ``CUPTI_ACTIVITY_KIND_*`` tables but no ``StringIds``."""
     tables = sniff_tables(Path(path))
+    if tables is None:
+        return damaged_sqlite(path, (".nvprof", ".nvvp"))
     if not tables or "StringIds" in tables or "StringTable" not in tables:
         return False
     return any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables)
