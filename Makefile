@@ -47,7 +47,7 @@ $(STAMPS)/horovod: scripts/install_horovod.sh $(STAMPS)/base $(STAMPS)/system
 	touch $@
 
 $(STAMPS)/dev: pyproject.toml $(STAMPS)/base
-	$(PY) -m pip install -q -e ".[train,notebooks,dev]"
+	$(PY) -m pip install -q -e ".[train,notebooks,dev,scale]"
 	touch $@
 
 # Nsight Systems CLI into .tools/ (from Debian's non-free archive, without changing apt sources)

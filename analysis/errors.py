@@ -19,6 +19,9 @@ class ReadError(ScalescopeError):
         self.problem = problem
         super().__init__(problem if path is None else f"{path}: {problem}")
 
+    def __reduce__(self):  # so that it crosses process boundaries (a pool, Dask workers)
+        return (type(self), (self.path, self.problem))
+
 
 class UnknownFormatError(ReadError):
     """No registered reader recognised the file."""

@@ -1,0 +1,477 @@
+"""Experiments that outgrow one process: every core of a machine, or a Dask cluster.
+
+Two engines run the same tasks, and give the same frames and warnings as serial reading:
+
+* a **process pool** (``workers=N``, default: the machine's cores; ``workers=1`` is serial):
+  each task runs in a worker process and sends its frame back as one Arrow IPC buffer
+  (column by column, never pickled row by row);
+* **Dask distributed** (``client=``), the engine for more than one machine (a SLURM
+  cluster through ``dask-jobqueue``, ``docs/scale.md``): tasks run on the cluster's
+  workers and only their results travel to the notebook. Needs ``pip install
+  scalescope[scale]``; nothing here imports Dask unless a client is given.
+
+A task is ``func(item)`` for one file or one run; results come back in the order of the
+items, whatever order they finished in, and the warnings each task raised are raised again
+in the notebook in that same order. A progress bar shows while more than one task runs
+(when stderr is a terminal, or with ``SCALESCOPE_PROGRESS=1``).
+
+>>> from analysis import scale
+>>> frames = scale.read_files(["rank0.json", "rank1.json"], workers=2)   # doctest: +SKIP
+>>> table = scale.reduce_files(files, gpu_time_breakdown, client=client)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import multiprocessing
+import os
+import pickle
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import schema
+
+#: Modules every pool worker imports once, before its first task.
+_PRELOAD = ["analysis.readers", "analysis.metrics"]
+
+
+def default_workers() -> int:
+    """The cores this process may run on (``os.sched_getaffinity``), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# --------------------------------------------------------------------------------------
+# Frames across processes: Arrow IPC
+
+
+def to_ipc(df: pd.DataFrame) -> bytes:
+    """One Arrow IPC stream holding ``df`` (schema dtypes kept through pandas metadata)."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(buf: bytes) -> pd.DataFrame:
+    """The frame :func:`to_ipc` wrote, with the same columns, dtypes and categories."""
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(io.BytesIO(buf)).read_all()
+    df = table.to_pandas(split_blocks=True, self_destruct=True)
+    del table
+    for col in df.columns:  # Arrow gives category levels their own dtype; ours are object
+        dtype = df[col].dtype
+        if isinstance(dtype, pd.CategoricalDtype) and dtype.categories.dtype != object:
+            df[col] = df[col].cat.set_categories(dtype.categories.astype(object))
+    return df
+
+
+# --------------------------------------------------------------------------------------
+# Running tasks
+
+
+def _task(func: Callable[[Any], pd.DataFrame], item: Any) -> tuple[bytes, list[tuple[type, str]]]:
+    """``func(item)`` in a worker: the frame as Arrow IPC and the warnings it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = func(item)
+        except Exception as exc:
+            try:
+                pickle.dumps(exc)
+            except Exception:  # it could not travel back: its type and message do
+                raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
+            raise
+    return to_ipc(out), [(w.category, str(w.message)) for w in caught]
+
+
+def _progress(n: int, label: str):
+    wanted = os.environ.get("SCALESCOPE_PROGRESS")
+    if n < 2 or wanted == "0" or (wanted != "1" and not _isatty()):
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    progress = Progress(label, BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+    progress.start()
+    progress.add_task(label, total=n)
+    return progress
+
+
+def _isatty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # fork on Linux: a worker starts in milliseconds with the readers already imported, and
+    # a calling script needs no ``if __name__ == "__main__"`` guard (forkserver and spawn
+    # import it again in every worker). Elsewhere forkserver, or the platform's default.
+    methods = multiprocessing.get_all_start_methods()
+    method = "fork" if sys.platform.startswith("linux") else "forkserver" if "forkserver" in methods else None
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(_PRELOAD)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+
+def run_tasks(
+    func: Callable[[Any], pd.DataFrame],
+    items: Sequence[Any],
+    *,
+    workers: int | None = None,
+    client: Any = None,
+    label: str = "tasks",
+) -> list[pd.DataFrame]:
+    """``[func(item) for item in items]`` on a process pool or a Dask cluster.
+
+    Parameters
+    ----------
+    func
+        A module-level function (it is sent to the workers) returning a DataFrame.
+    items
+        Its arguments, one task each (paths, run descriptions).
+    workers
+        Processes of the pool: ``None`` uses :func:`default_workers`, ``1`` runs the tasks
+        here, one after the other. Ignored with ``client``.
+    client
+        A ``distributed.Client``: the tasks run on its workers.
+    label
+        Shown on the progress bar.
+
+    Returns
+    -------
+    list of pandas.DataFrame
+        The frames in the order of ``items``. The warnings of each task are raised again
+        here (same category and message), in the order of ``items``; an exception raised by
+        a task is raised here, the first in the order of ``items``.
+    """
+    items = list(items)
+    if client is None:
+        n = min(workers or default_workers(), len(items))
+        if n <= 1:
+            return [func(item) for item in items]
+    results: list[tuple[bytes, list] | None] = [None] * len(items)
+    progress = _progress(len(items), label)
+    try:
+        if client is not None:
+            from distributed import as_completed as dask_completed
+
+            futures = client.map(partial(_task, func), items, pure=False)
+            index = {f.key: i for i, f in enumerate(futures)}
+            for fut in dask_completed(futures):
+                if fut.status == "error":
+                    fut.result()  # raises the task's exception
+                results[index[fut.key]] = fut.result()
+                if progress is not None:
+                    progress.advance(progress.task_ids[0])
+        else:
+            with _pool(n) as pool:
+                futures = {pool.submit(_task, func, item): i for i, item in enumerate(items)}
+                for fut in as_completed(futures):
+                    results[futures[fut]] = fut.result()
+                    if progress is not None:
+                        progress.advance(progress.task_ids[0])
+    finally:
+        if progress is not None:
+            progress.stop()
+    frames = []
+    for i in range(len(items)):
+        buf, caught = results[i]
+        results[i] = None  # each buffer is freed once its frame is built
+        for category, message in caught:
+            warnings.warn(message, category, stacklevel=2)
+        frames.append(from_ipc(buf))
+    return frames
+
+
+# --------------------------------------------------------------------------------------
+# Files
+
+
+def _read_one(path: Path, *, format: str | None, cache: bool | None) -> pd.DataFrame:
+    from analysis.readers import read
+
+    return read(path, format, cache=cache)
+
+
+def read_files(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    format: str | None = None,
+    cache: bool | None = None,
+    workers: int | None = None,
+    client: Any = None,
+) -> list[pd.DataFrame]:
+    """:func:`analysis.read` of every file, in parallel; frames in the order of ``paths``."""
+    task = partial(_read_one, format=format, cache=cache)
+    return run_tasks(task, [Path(p) for p in paths], workers=workers, client=client, label="reading")
+
+
+def _reduce_one(item: tuple[Path, Callable[..., pd.DataFrame]], *, format: str | None,
+                cache: bool | None, options: dict) -> pd.DataFrame:
+    path, metric = item
+    return metric(_read_one(path, format=format, cache=cache), **options)
+
+
+def reduce_files(
+    paths: Iterable[str | os.PathLike[str]],
+    metric: Callable[..., pd.DataFrame] | Sequence[Callable[..., pd.DataFrame]],
+    *,
+    format: str | None = None,
+    cache: bool | None = None,
+    workers: int | None = None,
+    client: Any = None,
+    **options: object,
+) -> pd.DataFrame | list[pd.DataFrame]:
+    """``metric(read(path), **options)`` for every file on the workers.
+
+    Parameters
+    ----------
+    paths
+        The files.
+    metric
+        A metric of an event frame (e.g. :func:`analysis.metrics.gpu_time_breakdown`), or
+        one metric per path (a Kineto trace per rank and a Horovod timeline in one pool).
+    format, cache
+        As in :func:`analysis.read`.
+    workers, client
+        As in :func:`run_tasks`.
+    **options
+        Passed to every metric.
+
+    Returns
+    -------
+    pandas.DataFrame or list of pandas.DataFrame
+        With one metric: its tables concatenated in the order of ``paths``. For per-rank
+        metrics over one file per rank (Kineto, nsys), this equals ``metric(read_many(paths))``
+        when the files are given in run/rank order. With a metric per path: the list of
+        their tables. Only these tables travel back: the notebook never holds a file's events.
+    """
+    paths = [Path(p) for p in paths]
+    metrics = [metric] * len(paths) if callable(metric) else list(metric)
+    if len(metrics) != len(paths):
+        raise ValueError(f"{len(metrics)} metrics for {len(paths)} paths")
+    task = partial(_reduce_one, format=format, cache=cache, options=dict(options))
+    frames = run_tasks(task, list(zip(paths, metrics, strict=True)), workers=workers, client=client,
+                       label="reducing")
+    return concat_tables(frames) if callable(metric) else frames
+
+
+def concat_tables(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Result tables of several tasks as one (empty parts left out, dtypes kept)."""
+    full = [f for f in frames if len(f)]
+    if not full:
+        return frames[0] if frames else pd.DataFrame()
+    return pd.concat(full, ignore_index=True) if len(full) > 1 else full[0].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------
+# Runs of a RunSet
+
+#: A RunSet with ``workers=None`` reads on a process pool from this many bytes of run data on.
+POOL_MIN_BYTES = 64 << 20
+
+
+def is_runset(obj: object) -> bool:
+    """Whether ``obj`` is an :class:`analysis.runset.RunSet` (the metrics' dispatch)."""
+    from analysis.runset import RunSet
+
+    return isinstance(obj, RunSet)
+
+
+def _run_bytes(path: str | None) -> int:
+    if path is None or not Path(path).is_dir():
+        return 0
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def _one_run_tables(runset: Any, *, by_id: bool = True) -> list[pd.DataFrame]:
+    """One single-row runs table per usable run with a directory: in ``run_id`` order (the
+    order in which the metrics sort their groups), or in the runs table's order."""
+    runs = runset.usable_runs()
+    runs = runs[[p is not None and Path(p).is_dir() for p in runs["path"]]]
+    order = list(range(len(runs)))
+    if by_id:
+        order.sort(key=lambda i: str(runs["run_id"].iloc[i]))
+    return [runs.iloc[[i]].reset_index(drop=True) for i in order]
+
+
+def _engine(runset: Any, items: Sequence[pd.DataFrame]) -> dict[str, Any]:
+    """``workers``/``client`` for the tasks of a RunSet: its client, else its workers; with
+    ``workers=None``, the pool only for at least :data:`POOL_MIN_BYTES` of run data."""
+    if runset.client is not None:
+        return {"client": runset.client}
+    workers = runset.workers
+    if workers is None and sum(_run_bytes(r["path"].iloc[0]) for r in items) < POOL_MIN_BYTES:
+        workers = 1
+    return {"workers": workers}
+
+
+def _run_data(run: pd.DataFrame, *, which: str) -> pd.DataFrame:
+    from analysis.runset import RunSet
+
+    return getattr(RunSet(run, include_failed=True, workers=1), which)
+
+
+def _reduce_run(run: pd.DataFrame, *, metric: Callable[..., pd.DataFrame], which: str,
+                rank_devices: bool, options: dict) -> pd.DataFrame:
+    from analysis.runset import RunSet
+
+    one = RunSet(run, include_failed=True, workers=1)
+    if rank_devices:
+        options = {**options, "rank_devices": one.rank_devices}
+    return metric(getattr(one, which), **options)
+
+
+def load_table(runset: Any, which: str) -> pd.DataFrame:
+    """A RunSet's ``events`` or ``samples``, each run read in its own task (on its client,
+    or its process pool); the same frame as reading the runs one after the other."""
+    if which not in ("events", "samples"):
+        raise ValueError(f"which must be 'events' or 'samples', not {which!r}")
+    items = _one_run_tables(runset, by_id=False)
+    frames = run_tasks(partial(_run_data, which=which), items, label="reading runs", **_engine(runset, items))
+    if not frames:
+        return schema.empty_events() if which == "events" else schema.empty_samples()
+    return schema.concat(frames)
+
+
+def per_run(
+    runset: Any,
+    metric: Callable[..., pd.DataFrame],
+    *,
+    which: str = "events",
+    rank_devices: bool = False,
+    combine: Callable[[list[pd.DataFrame]], pd.DataFrame] | None = None,
+    **options: object,
+) -> pd.DataFrame:
+    """``metric`` of a RunSet's events (or ``which`` table), one run at a time.
+
+    When the table is already loaded (given to the RunSet, or after :meth:`RunSet.select`)
+    the metric runs on it here. Otherwise each usable run is read and reduced in its own
+    task, on the RunSet's Dask client or process pool (serially with ``workers=1``), so the
+    notebook holds at most one run's table at a time (none with a pool or a cluster), and
+    only the per-run results travel back. They are concatenated in ``run_id`` order (or
+    merged by ``combine``), which is what the metric gives on all runs at once for the
+    metrics whose groups are runs and ranks.
+
+    ``rank_devices=True`` passes the RunSet's ``rank_devices`` table as that keyword.
+    """
+    table = runset.loaded(which)
+    if table is not None:
+        if rank_devices:
+            options = {**options, "rank_devices": runset.rank_devices}
+        return metric(table, **options)
+    items = _one_run_tables(runset)
+    if not items:
+        empty = schema.empty_samples() if which == "samples" else schema.empty_events()
+        return metric(empty, **options)
+    task = partial(_reduce_run, metric=metric, which=which, rank_devices=rank_devices, options=dict(options))
+    parts = run_tasks(task, items, label=getattr(metric, "__name__", "runs"), **_engine(runset, items))
+    return (combine or concat_tables)(parts)
+
+
+def _run_key(path: str, run_id: str) -> str:
+    """Cache key of one run's events: its files' names, sizes and mtimes."""
+    from analysis.readers import CACHE_VERSION
+
+    parts = [str(Path(path).resolve()), run_id, str(CACHE_VERSION)]
+    for f in sorted(Path(path).rglob("*")):
+        if f.is_file():
+            st = f.stat()
+            parts.append(f"{f.relative_to(path)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def _run_parquet(run: pd.DataFrame) -> pd.DataFrame:
+    """Writes one run's events to the Parquet cache (unless there); returns its path."""
+    from analysis.readers import cache_dir
+
+    path, run_id = str(run["path"].iloc[0]), str(run["run_id"].iloc[0])
+    out = cache_dir() / "runs" / f"{_run_key(path, run_id)}.parquet"
+    if not out.exists():
+        df = _run_data(run, which="events")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        df.to_parquet(tmp, index=False, compression="lz4")
+        os.replace(tmp, out)
+    return pd.DataFrame({"path": [str(out)]})
+
+
+def dask_events(runset: Any) -> Any:
+    """A Dask DataFrame over the events of a RunSet's usable runs, one partition per run.
+
+    Each run's events are read on a worker of ``runset.client`` and written once to the
+    Parquet cache (``$SCALESCOPE_CACHE/runs``, keyed by the run's files, sizes and mtimes);
+    the frame reads them from there lazily. On a cluster the workers and the notebook must
+    see the same cache directory (a shared file system).
+    """
+    import dask.dataframe as dd
+
+    items = _one_run_tables(runset)
+    if not items:
+        return dd.from_pandas(schema.empty_events(), npartitions=1)
+    done = run_tasks(_run_parquet, items, client=runset.client, label="caching runs")
+    return dd.read_parquet([f["path"].iloc[0] for f in done], engine="pyarrow")
+
+
+# --------------------------------------------------------------------------------------
+# SLURM
+
+
+def slurm_cluster(
+    *,
+    cores: int,
+    memory: str,
+    processes: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    **kwargs: object,
+) -> Any:
+    """A ``dask_jobqueue.SLURMCluster`` whose workers run this scalescope.
+
+    Parameters
+    ----------
+    cores, memory
+        Per SLURM job (one job = one node's share): e.g. ``cores=32, memory="128GB"``.
+    processes
+        Worker processes per job; default one per core (the readers hold the GIL, so one
+        single-threaded process per core reads fastest).
+    cache_dir
+        The parse cache the workers write each run's events to (``$SCALESCOPE_CACHE``);
+        it must be on a file system the notebook sees too. Default: the notebook's
+        :func:`analysis.readers.cache_dir`.
+    **kwargs
+        Passed to ``SLURMCluster`` (``queue``, ``account``, ``walltime``,
+        ``job_extra_directives``, ``log_directory``...).
+
+    Returns
+    -------
+    dask_jobqueue.SLURMCluster
+        Not yet scaled: call ``cluster.scale(jobs=N)`` (or ``adapt``) and connect a
+        ``distributed.Client(cluster)``. ``cluster.job_script()`` shows what is submitted.
+    """
+    from dask_jobqueue import SLURMCluster
+
+    from analysis.readers import cache_dir as default_cache
+
+    cache = Path(cache_dir) if cache_dir is not None else default_cache()
+    prologue = [f"export SCALESCOPE_CACHE={cache}", "export SCALESCOPE_PROGRESS=0",
+                *list(kwargs.pop("job_script_prologue", None) or [])]
+    kwargs.setdefault("python", sys.executable)  # the notebook's environment, on the nodes too
+    return SLURMCluster(cores=cores, memory=memory, processes=processes or cores,
+                        job_script_prologue=prologue, **kwargs)

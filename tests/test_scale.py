@@ -1,0 +1,126 @@
+"""analysis.scale: the process pool and Dask give the frames, warnings, errors and metric
+tables of serial reading, in the same order."""
+
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+import pytest
+
+import analysis
+from analysis import scale
+from analysis.errors import ReadError, RecoveryWarning
+from analysis.metrics import gpu_time_breakdown, horovod_allreduce
+
+
+@pytest.fixture
+def files(data_dir):
+    """One file of each JSON and table format, each (run_id, rank) in one file only."""
+    return [
+        data_dir / "kineto" / "tiny_rank1.pt.trace.json.gz",
+        data_dir / "horovod" / "tiny_timeline.json",
+        data_dir / "kineto" / "worker3.legacy.json",
+        data_dir / "horovod" / "unterminated_v019.json",  # warns: not terminated, 1 open B
+        data_dir / "nsys" / "synthetic.sqlite",
+        data_dir / "scalescope" / "ddp_gloo_np2" / "rank-00001.trace.json",
+        data_dir / "scalescope" / "ddp_gloo_np2" / "samples-vm.csv",
+    ]
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A real LocalCluster: two workers in this process (threads), as small as CI allows."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+def _read_serial(files):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        frames = [analysis.read(f) for f in files]
+    return frames, [(w.category, str(w.message)) for w in caught]
+
+
+def test_ipc_round_trip_keeps_schema_dtypes(files):
+    for f in files:
+        df = analysis.read(f)
+        back = scale.from_ipc(scale.to_ipc(df))
+        pd.testing.assert_frame_equal(back, df)
+        assert back.dtypes.to_dict() == df.dtypes.to_dict()
+
+
+def test_pool_reads_like_serial_with_the_same_warnings_in_order(files):
+    frames, caught = _read_serial(files)
+    assert [c for c, _ in caught] == [RecoveryWarning]  # the fixture's one known warning
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        par = scale.read_files(files, workers=2)
+    assert [(w.category, str(w.message)) for w in got] == caught
+    assert len(par) == len(frames)
+    for a, b in zip(frames, par, strict=True):
+        pd.testing.assert_frame_equal(b, a)
+
+
+def test_workers_1_is_serial_and_in_process(files, monkeypatch):
+    # no pool may be made: the tasks run here
+    monkeypatch.setattr(scale, "_pool", lambda n: pytest.fail("a pool was started for workers=1"))
+    frames, _ = _read_serial(files[:3])
+    for a, b in zip(frames, scale.read_files(files[:3], workers=1), strict=True):
+        pd.testing.assert_frame_equal(b, a)
+
+
+def test_pool_raises_the_first_failing_file_in_order(files, tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a trace\n")
+    with pytest.raises(analysis.UnknownFormatError, match=r"notes\.txt"):
+        scale.read_files([files[0], bad, tmp_path / "missing.json"], workers=2)
+
+
+def test_reduce_files_equals_the_metric_on_all_events(files, client):
+    kineto = [files[0], files[2]]
+    want = gpu_time_breakdown(analysis.read_many(kineto))
+    assert len(want) == 2
+    pd.testing.assert_frame_equal(scale.reduce_files(kineto, gpu_time_breakdown, workers=2), want)
+    pd.testing.assert_frame_equal(scale.reduce_files(kineto, gpu_time_breakdown, client=client), want)
+    # a metric per file: the Horovod timeline's allreduce table beside the ranks' breakdowns
+    tl = files[1]
+    parts = scale.reduce_files([*kineto, tl], [gpu_time_breakdown, gpu_time_breakdown, horovod_allreduce],
+                               client=client)
+    pd.testing.assert_frame_equal(parts[2], horovod_allreduce(analysis.read(tl)))
+    pd.testing.assert_frame_equal(scale.concat_tables(parts[:2]), want)
+
+
+def test_dask_tasks_reraise_warnings_and_errors(files, client, tmp_path):
+    _, caught = _read_serial([files[3]])
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        scale.read_files([files[3]], client=client)
+    assert [(w.category, str(w.message)) for w in got] == caught
+    with pytest.raises(ReadError, match=r"missing\.json"):
+        scale.read_files([tmp_path / "missing.json"], client=client)
+
+
+def test_slurm_job_script_runs_our_python_with_the_shared_cache(tmp_path):
+    pytest.importorskip("dask_jobqueue")
+    import sys
+
+    cluster = scale.slurm_cluster(cores=8, memory="32GB", queue="gpu", account="proj42",
+                                  walltime="02:00:00", cache_dir=tmp_path / "cache",
+                                  job_extra_directives=["--constraint=a100"])
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    lines = script.splitlines()
+    assert "#SBATCH -p gpu" in lines
+    assert "#SBATCH -A proj42" in lines
+    assert "#SBATCH -t 02:00:00" in lines
+    assert "#SBATCH --cpus-per-task=8" in lines
+    assert "#SBATCH --constraint=a100" in lines
+    assert f"export SCALESCOPE_CACHE={tmp_path / 'cache'}" in lines
+    worker = next(line for line in lines if "distributed.cli.dask_worker" in line)
+    assert worker.startswith(sys.executable + " ")
+    assert "--nworkers 8" in worker and "--nthreads 1" in worker
