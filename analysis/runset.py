@@ -390,9 +390,13 @@ def _scan(path: Path) -> tuple[list[_Scanned], list[dict]]:
     if exp_file.exists():
         return _scan_experiment(path, exp_file)
     found, damage = _scan_dirs(path, path.name)
+    experiments = sorted(d for d in path.iterdir() if (d / "experiment.json").is_file())
+    if not found and experiments:  # a folder of experiments (e.g. one per partition)
+        parts = [_scan(d) for d in experiments]
+        return [f for p in parts for f in p[0]], [d for p in parts for d in p[1]]
     if not found:
         raise ReadError(path, "neither an experiment directory (experiment.json) nor a run directory (run.json), "
-                              "and no run directories inside")
+                              "and no run or experiment directories inside")
     return found, damage
 
 
