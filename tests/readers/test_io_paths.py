@@ -21,7 +21,7 @@ needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on t
 def test_fifo_is_refused_not_opened(tmp_path, fmt):
     fifo = tmp_path / "trace.json"
     os.mkfifo(fifo)
-    with pytest.raises(ReadError, match="FIFO.*not a regular file"):
+    with pytest.raises(ReadError, match=r"FIFO.*not a regular file"):
         read_file(fifo, fmt)
     assert _io.head(fifo) == b""
 
