@@ -5,11 +5,12 @@ Nothing here imports torch, horovod or :mod:`analysis`.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import warnings
 
-__all__ = ["InstrumentationWarning", "env_float", "env_str", "warn_once"]
+__all__ = ["InstrumentationWarning", "env_float", "env_str", "warn_once", "warn_write_error"]
 
 
 class InstrumentationWarning(UserWarning):
@@ -39,6 +40,25 @@ def warn_once(key: str, message: str) -> None:
             print(f"scalescope warning: {message}", file=sys.stderr, flush=True)
         except Exception:
             pass
+
+
+#: errno values that mean "the disk (or quota) is full": every writer hits it at once.
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def warn_write_error(key: str, message: str, exc: BaseException) -> None:
+    """A writer (trace, sampler, epoch metrics) cannot write and is off from now on.
+
+    A full disk reaches every writer within a second, so it gives one warning for the whole
+    process (the first writer's, saying the others stop too); any other error gives one
+    warning per ``key``.
+    """
+    if isinstance(exc, OSError) and exc.errno in _FULL:
+        warn_once("write:disk-full", f"{message}. The disk is full: every scalescope file that cannot be "
+                  "written any more (trace, samples, epoch metrics) stops without another warning; "
+                  "training goes on")
+        return
+    warn_once(key, message)
 
 
 def _reset_warnings() -> None:

@@ -205,6 +205,7 @@ def plan_runs(
     unknown = [b for b in backends if b not in BACKENDS or b == "baseline"]
     if unknown:
         raise ValueError(f"unknown backend {unknown[0]!r}; choose from {', '.join(list(BACKENDS)[:-1])}")
+    _check_printable(vary, labels)
     names = [n for n, _ in vary]
     combos = list(itertools.product(*[vals for _, vals in vary])) or [()]
     plan: list[RunSpec] = []
@@ -217,7 +218,34 @@ def plan_runs(
                 for backend in backends:
                     for n in nps:
                         plan.append(RunSpec(backend, n, bs, r, v, **extra))
+    _check_unique(plan)
     return plan
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_printable(vary: Sequence[tuple[str, Sequence[str]]], labels: Sequence[tuple[str, str]]) -> None:
+    """ValueError for a newline or other control character in a ``--vary`` or ``--label``
+    name or value: they go into scripts, command lines and directory names."""
+    for option, pairs in (("--vary", [(n, v) for n, vals in vary for v in vals]), ("--label", list(labels))):
+        for name, value in pairs:
+            if _CONTROL.search(str(name)) or _CONTROL.search(str(value)):
+                raise ValueError(f"{option} {name}={value!r} holds a control character (newline, tab, ...); refused")
+
+
+def _check_unique(plan: Sequence[RunSpec]) -> None:
+    """ValueError when two configurations map to one run id (``--vary`` values that differ
+    only in punctuation, e.g. ``a b``, ``a_b``, ``a-b`` and ``a/b``): they would share a
+    directory, and one would vanish."""
+    seen: dict[str, RunSpec] = {}
+    for spec in plan:
+        other = seen.setdefault(spec.run_id.lower(), spec)  # case-insensitive file systems too
+        if other is not spec:
+            a = ", ".join(f"{k}={v!r}" for k, v in other.vary) or "(no --vary)"
+            b = ", ".join(f"{k}={v!r}" for k, v in spec.vary) or "(no --vary)"
+            raise ValueError(f"--vary values {a} and {b} map to the same run id {spec.run_id!r} (run ids keep "
+                             "letters, digits and . + -, and a directory name may ignore case); choose values that differ in those")
 
 
 # ---------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-from instrumentation._env import warn_once
+from instrumentation._env import warn_once, warn_write_error
 
 __all__ = [
     "PHASES", "Phase", "current_epoch", "current_step", "epoch_end", "epoch_start", "mark", "may_open_step",
@@ -389,9 +389,9 @@ def epoch_end(
                 with open(S.epochs_path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(line) + "\n")
             except OSError as exc:
-                warn_once(f"epochs-io:{S.epochs_path}",
-                          f"cannot append epoch metrics to {S.epochs_path} "
-                          f"({exc.strerror or exc}); training goes on")
+                warn_write_error(f"epochs-io:{S.epochs_path}",
+                                 f"cannot append epoch metrics to {S.epochs_path} "
+                                 f"({exc.strerror or exc}); training goes on", exc)
         S.epoch = epoch + 1
         S.epoch_t0 = None
         S.epoch_phase_ns = None

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from instrumentation._env import warn_once
+from instrumentation._env import warn_once, warn_write_error
 from instrumentation.clock import Anchor, fmt_us
 
 __all__ = ["FORMAT_VERSION", "TraceRecorder", "closed_status", "trace_path"]
@@ -194,10 +194,11 @@ class TraceRecorder:
 
     def _fail(self, exc: OSError) -> None:
         self.enabled = False
-        warn_once(
+        warn_write_error(
             f"trace-io:{self.path}",
             f"cannot write the trace {self.path} ({exc.strerror or exc}); this rank's trace is "
             "off from now on, training goes on",
+            exc,
         )
         if self._fh is not None:
             try:

@@ -479,9 +479,14 @@ def _unwritable(run_dir: Path) -> str | None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".scalescope-probe-{os.getpid()}"
-        with open(probe, "w") as fh:
-            fh.write("x")
-        probe.unlink()
+        try:
+            with open(probe, "w") as fh:
+                fh.write("x")
+        finally:  # a full disk creates the file and fails on the write: never leave it behind
+            try:
+                probe.unlink()
+            except OSError:
+                pass
     except OSError as exc:
         return exc.strerror or str(exc)
     return None

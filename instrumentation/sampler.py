@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from instrumentation._env import warn_once
+from instrumentation._env import warn_once, warn_write_error
 
 __all__ = ["CPU_COLUMNS", "GPU_COLUMNS", "Sampler", "probe_nvml"]
 
@@ -197,8 +197,8 @@ class Sampler:
 
     def _disable(self, exc: BaseException) -> None:
         self.error = f"{type(exc).__name__}: {exc}"
-        warn_once(f"sampler:{self.path}", f"the {self.kind} sampler is disabled ({self.error}); "
-                  "training goes on")
+        warn_write_error(f"sampler:{self.path}", f"the {self.kind} sampler is disabled ({self.error}); "
+                         "training goes on", exc)
         if self._fh is not None:
             try:
                 self._fh.close()

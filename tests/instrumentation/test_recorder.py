@@ -245,3 +245,25 @@ def test_read_only_run_dir_warns_once_and_training_goes_on(tmp_path):
     assert out.stderr.count("InstrumentationWarning") == 1, out.stderr
     assert f"cannot write to the run directory {run_dir} (Permission denied)" in out.stderr
     assert list(run_dir.iterdir()) == []
+
+
+def test_disk_full_gives_one_warning_for_every_writer():
+    """Trace and sampler both hit the full disk: one warning, not one per writer."""
+    pytest.importorskip("psutil")
+    from instrumentation.sampler import Sampler
+
+    _reset_warnings()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec = TraceRecorder("/dev/full", rank=0, local_rank=0, host="h",
+                            anchor=Anchor(WALL, MONO), start_thread=False)
+        rec.add(("phase", "data", MONO, MONO + 10, 1, 0, 0, None))
+        rec.flush()
+        sampler = Sampler("/dev/full", host="h", kind="cpu")
+        assert not sampler.start()
+        sampler.stop()
+    mine = [str(w.message) for w in caught if issubclass(w.category, InstrumentationWarning)]
+    assert len(mine) == 1, mine
+    assert "The disk is full" in mine[0] and "/dev/full" in mine[0]
+    assert not rec.enabled and "No space left" in sampler.error
+    rec.close()

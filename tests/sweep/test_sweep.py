@@ -81,6 +81,24 @@ def test_plan_rejects_unknown_backends():
         plan_runs(nps=[1], backends=["horovod-ucx"])
 
 
+@pytest.mark.parametrize("values", [["a b", "a_b"], ["a-b", "a/b"], ["Adam", "adam"]])
+def test_vary_values_whose_run_ids_collide_are_refused(values):
+    with pytest.raises(ValueError, match="map to the same run id"):
+        plan_runs(nps=[1], backends=["ddp-gloo"], vary=[("opt", values)])
+    assert len(plan_runs(nps=[1], backends=["ddp-gloo"], vary=[("opt", values[:1])])) == 1
+
+
+def test_control_characters_in_vary_and_label_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="control character"):
+        plan_runs(nps=[1], backends=["ddp-gloo"], vary=[("opt", ["a\nb"])])
+    with pytest.raises(ValueError, match="control character"):
+        plan_runs(nps=[1], backends=["ddp-gloo"], labels=[("site", "x\r#SBATCH --x")])
+    proc = _sweep("--np", "1", "--backend", "ddp-gloo", "--vary", "opt=a b,a_b", "--out", str(tmp_path / "E"),
+                  "--", "python", "x.py")
+    assert proc.returncode == 2 and "map to the same run id" in proc.stderr + proc.stdout
+    assert not (tmp_path / "E").exists()
+
+
 def test_vary_is_appended_and_recorded(tmp_path):
     spec = RunSpec("ddp-gloo", 2, 75, 1, (("samples", "1000"), ("lr-scaling", "linear")))
     cmd = sweep.rank_command(spec, ["python", "train.py"], tmp_path)
