@@ -565,7 +565,31 @@ def _study_clusters(ctx: _Context) -> Section:
     what = [c for c in ("cluster", "partition", "gpu_model", "gpus_per_node", "nodes", "labels") if c in pr.columns]
     sec.tables.append(("clusters_what_differs", pr[[axis, *[c for c in what if c != axis]]].drop_duplicates()
                        .sort_values(axis).reset_index(drop=True), f"What each {axis} is, as recorded."))
+    try:
+        own = M.scaling_table(pr, baseline="none", by=by)
+        sec.tables.append(("clusters_own_baseline", own, f"Each {axis} against its own one-process run."))
+    except ScalescopeError as exc:
+        sec.notes.append(f"Each {axis} against its own baseline: {exc}")
+    _clusters_usage(ctx, sec, axis)
     return sec
+
+
+def _clusters_usage(ctx: _Context, sec: Section, axis: str) -> None:
+    """Device usage per partition (the runs' own GPUs), as the reference study explained each
+    partition's scaling with its GPU usage."""
+    try:
+        samples = ctx.rs.samples
+    except Exception as exc:
+        sec.notes.append(f"Device usage per {axis}: the samples could not be read ({exc}).")
+        return
+    if samples.empty:
+        return
+    usage = M.device_usage(samples, rank_devices=ctx.rs.rank_devices)
+    by_ranks = M.usage_by_ranks(usage, _runs(ctx), by=(axis,))
+    if len(by_ranks):
+        sec.figures.append(("clusters_usage", P.plot_device_usage(by_ranks, by=axis,
+                                                                  title=f"Device usage per {axis}")))
+        sec.tables.append(("clusters_usage", by_ranks, f"Sampled usage per {axis} and rank count."))
 
 
 def _study_strong_weak(ctx: _Context) -> Section:

@@ -70,8 +70,9 @@ def test_a_folder_of_experiments_reads_as_one_runset():
 def test_report_shows_every_new_study(tmp_path):
     page = build_report(DATA, tmp_path / "report", static=False)
     text = page.read_text()
-    for fig in ("fig-clusters_scaling", "fig-clusters_slopes", "fig-strong_weak", "fig-input_size_curve-length",
+    for fig in ("fig-clusters_scaling", "fig-clusters_slopes", "fig-clusters_usage", "fig-strong_weak", "fig-input_size_curve-length",
                 "fig-batch_speedup", "fig-equal_batch", "fig-lr_loss_epochs", "fig-lr_loss_time"):
         assert fig in text, fig
     assert (tmp_path / "report" / "export" / "clusters_slopes.csv").exists()
+    assert (tmp_path / "report" / "export" / "clusters_own_baseline.csv").exists()
     assert (tmp_path / "report" / "export" / "time_to_target.csv").exists()
