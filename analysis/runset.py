@@ -19,6 +19,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -426,6 +427,13 @@ class RunSet:
         Already loaded tables; ``None`` loads them on first access from each run's ``path``.
     include_failed
         Use the data of runs whose status is not ``ok`` as well.
+    workers
+        Processes that read the runs (and compute per-run metrics) in parallel:
+        ``None`` uses the machine's cores once the runs hold at least 64 MiB, ``1`` reads
+        in this process (``docs/scale.md``).
+    client
+        A ``distributed.Client``: runs are read and reduced on its workers, and
+        :attr:`events` is a Dask DataFrame over the Parquet cache (``docs/scale.md``).
 
     Attributes
     ----------
@@ -450,6 +458,8 @@ class RunSet:
         rank_devices: pd.DataFrame | None = None,
         include_failed: bool = False,
         damaged: pd.DataFrame | None = None,
+        workers: int | None = None,
+        client: Any = None,
     ):
         if "run_id" not in runs.columns:
             raise ScalescopeError("a runs table needs a run_id column")
@@ -461,18 +471,27 @@ class RunSet:
                                                         "rank_devices": rank_devices}
         self.include_failed = include_failed
         self._damage: list[dict] = [] if damaged is None else damaged.to_dict("records")
+        self.workers = workers
+        self.client = client
+        self._dask_events: Any = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_dirs(
-        cls, paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *, include_failed: bool = False
+        cls,
+        paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+        *,
+        include_failed: bool = False,
+        workers: int | None = None,
+        client: Any = None,
     ) -> RunSet:
         """Load experiment directories (``experiment.json``), run directories (``run.json``),
         directories of run directories, or directories of experiment directories.
 
         A run listed in ``experiment.json`` whose directory or ``run.json`` is missing is
         kept in :attr:`runs` with the status the launcher recorded. When two experiments hold
-        the same ``run_id``, both are renamed ``<experiment>/<run_id>``.
+        the same ``run_id``, both are renamed ``<experiment>/<run_id>``. ``workers`` and
+        ``client`` choose where the runs' data is read (see :class:`RunSet`).
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
@@ -496,7 +515,8 @@ class RunSet:
             damage.extend({**d, "run_id": r["run_id"]} for d in dmg)
         for d in damage:
             warnings.warn(_damage_message(d), RecoveryWarning, stacklevel=2)
-        return cls(_typed_runs(rows), include_failed=include_failed, damaged=_damage_frame(damage))
+        return cls(_typed_runs(rows), include_failed=include_failed, damaged=_damage_frame(damage),
+                   workers=workers, client=client)
 
     # ------------------------------------------------------------------ tables
     @property
@@ -584,12 +604,37 @@ class RunSet:
 
     def _table(self, which: str) -> pd.DataFrame:
         if self._tables[which] is None:
-            self._tables[which] = self._load(which)
+            from analysis import scale
+
+            parallel = which in ("events", "samples") and scale.parallel(self)
+            self._tables[which] = scale.load_table(self, which) if parallel else self._load(which)
         return self._tables[which]
+
+    def loaded(self, which: str) -> pd.DataFrame | None:
+        """The ``events``/``samples``/``epochs``/``rank_devices`` table if it is in memory
+        (given, loaded, or cut by :meth:`select`), else ``None``; never loads it."""
+        return self._tables[which]
+
+    def split(self) -> list[RunSet]:
+        """One RunSet per usable run, in the runs table's order, read in this process
+        (``workers=1``, no client): the units :mod:`analysis.scale` hands to its workers."""
+        return [self._subset(self.usable_runs().iloc[[i]], workers=1, client=None)
+                for i in range(len(self.usable_runs()))]
 
     @property
     def events(self) -> pd.DataFrame:
-        """All events of the usable runs (tidy schema), loaded on first access."""
+        """All events of the usable runs (tidy schema), loaded on first access.
+
+        With a Dask ``client`` it is a Dask DataFrame (one partition per run, read from the
+        Parquet cache the workers write) for ad hoc queries; the metrics given this RunSet
+        never need it.
+        """
+        if self.client is not None and self._tables["events"] is None:
+            if self._dask_events is None:
+                from analysis import scale
+
+                self._dask_events = scale.dask_events(self)
+            return self._dask_events
         return self._table("events")
 
     @property
@@ -608,7 +653,7 @@ class RunSet:
         return self._table("rank_devices")
 
     # ------------------------------------------------------------------ subsets
-    def _subset(self, runs: pd.DataFrame) -> RunSet:
+    def _subset(self, runs: pd.DataFrame, **engine: Any) -> RunSet:
         keep = set(runs["run_id"])
         tables = {}
         for name, df in self._tables.items():
@@ -617,7 +662,9 @@ class RunSet:
             else:
                 tables[name] = df[df["run_id"].astype(object).isin(keep)].reset_index(drop=True)
         dmg = _damage_frame([d for d in self._damage if d["run_id"] is None or d["run_id"] in keep])
-        return RunSet(runs.reset_index(drop=True), include_failed=self.include_failed, damaged=dmg, **tables)
+        engine = {"workers": self.workers, "client": self.client, **engine}
+        return RunSet(runs.reset_index(drop=True), include_failed=self.include_failed, damaged=dmg, **engine,
+                      **tables)
 
     def filter(self, **meta: object) -> RunSet:
         """Runs whose columns match: a scalar is compared for equality, a list/tuple/set
@@ -645,7 +692,7 @@ class RunSet:
     def select(self, **columns: object) -> RunSet:
         """Keep only the event rows whose columns match (same rules as :meth:`filter`),
         e.g. ``select(kind="phase", name=["forward", "backward"])``; the runs are kept."""
-        ev = self.events
+        ev = self._table("events")  # pandas, also on a Dask RunSet
         mask = pd.Series(True, index=ev.index)
         for col, want in columns.items():
             if col not in ev.columns:
@@ -660,7 +707,8 @@ class RunSet:
             mask &= m.fillna(False).astype(bool)
         tables = dict(self._tables)
         tables["events"] = ev[mask].reset_index(drop=True)
-        return RunSet(self._runs, include_failed=self.include_failed, damaged=_damage_frame(self._damage), **tables)
+        return RunSet(self._runs, include_failed=self.include_failed, damaged=_damage_frame(self._damage),
+                      workers=self.workers, client=self.client, **tables)
 
     def groupby(self, col: str) -> Iterator[tuple[object, RunSet]]:
         """``(value, RunSet)`` for each distinct value of a runs column, in sorted order."""

@@ -295,45 +295,42 @@ def is_runset(obj: object) -> bool:
     return isinstance(obj, RunSet)
 
 
-def _run_bytes(path: str | None) -> int:
-    if path is None or not Path(path).is_dir():
-        return 0
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+def _run_bytes(runset: Any) -> int:
+    total = 0
+    for path in runset.usable_runs()["path"]:
+        if path is not None and Path(path).is_dir():
+            total += sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+    return total
 
 
-def _one_run_tables(runset: Any, *, by_id: bool = True) -> list[pd.DataFrame]:
-    """One single-row runs table per usable run with a directory: in ``run_id`` order (the
-    order in which the metrics sort their groups), or in the runs table's order."""
-    runs = runset.usable_runs()
-    runs = runs[[p is not None and Path(p).is_dir() for p in runs["path"]]]
-    order = list(range(len(runs)))
-    if by_id:
-        order.sort(key=lambda i: str(runs["run_id"].iloc[i]))
-    return [runs.iloc[[i]].reset_index(drop=True) for i in order]
+def parallel(runset: Any) -> bool:
+    """Whether a RunSet's runs are read in separate tasks: on its Dask client, on a pool of
+    ``workers > 1``, or with ``workers=None`` for more than one run holding at least
+    :data:`POOL_MIN_BYTES` (smaller loads are quicker here than starting a pool)."""
+    if runset.client is not None:
+        return True
+    if runset.workers is not None:
+        return runset.workers > 1
+    return len(runset.usable_runs()) > 1 and default_workers() > 1 and _run_bytes(runset) >= POOL_MIN_BYTES
 
 
-def _engine(runset: Any, items: Sequence[pd.DataFrame]) -> dict[str, Any]:
-    """``workers``/``client`` for the tasks of a RunSet: its client, else its workers; with
-    ``workers=None``, the pool only for at least :data:`POOL_MIN_BYTES` of run data."""
+def _engine(runset: Any) -> dict[str, Any]:
     if runset.client is not None:
         return {"client": runset.client}
-    workers = runset.workers
-    if workers is None and sum(_run_bytes(r["path"].iloc[0]) for r in items) < POOL_MIN_BYTES:
-        workers = 1
-    return {"workers": workers}
+    return {"workers": runset.workers if parallel(runset) else 1}
 
 
-def _run_data(run: pd.DataFrame, *, which: str) -> pd.DataFrame:
-    from analysis.runset import RunSet
+def _by_id(runs: list[Any]) -> list[Any]:
+    """One-run RunSets in ``run_id`` order, the order in which the metrics sort their groups."""
+    return sorted(runs, key=lambda one: str(one.runs["run_id"].iloc[0]))
 
-    return getattr(RunSet(run, include_failed=True, workers=1), which)
+
+def _run_data(one: Any, *, which: str) -> pd.DataFrame:
+    return getattr(one, which)
 
 
-def _reduce_run(run: pd.DataFrame, *, metric: Callable[..., pd.DataFrame], which: str,
+def _reduce_run(one: Any, *, metric: Callable[..., pd.DataFrame], which: str,
                 rank_devices: bool, options: dict) -> pd.DataFrame:
-    from analysis.runset import RunSet
-
-    one = RunSet(run, include_failed=True, workers=1)
     if rank_devices:
         options = {**options, "rank_devices": one.rank_devices}
     return metric(getattr(one, which), **options)
@@ -344,8 +341,8 @@ def load_table(runset: Any, which: str) -> pd.DataFrame:
     or its process pool); the same frame as reading the runs one after the other."""
     if which not in ("events", "samples"):
         raise ValueError(f"which must be 'events' or 'samples', not {which!r}")
-    items = _one_run_tables(runset, by_id=False)
-    frames = run_tasks(partial(_run_data, which=which), items, label="reading runs", **_engine(runset, items))
+    frames = run_tasks(partial(_run_data, which=which), runset.split(), label="reading runs",
+                       **_engine(runset))
     if not frames:
         return schema.empty_events() if which == "events" else schema.empty_samples()
     return schema.concat(frames)
@@ -362,13 +359,14 @@ def per_run(
 ) -> pd.DataFrame:
     """``metric`` of a RunSet's events (or ``which`` table), one run at a time.
 
-    When the table is already loaded (given to the RunSet, or after :meth:`RunSet.select`)
-    the metric runs on it here. Otherwise each usable run is read and reduced in its own
-    task, on the RunSet's Dask client or process pool (serially with ``workers=1``), so the
-    notebook holds at most one run's table at a time (none with a pool or a cluster), and
-    only the per-run results travel back. They are concatenated in ``run_id`` order (or
-    merged by ``combine``), which is what the metric gives on all runs at once for the
-    metrics whose groups are runs and ranks.
+    When the table is in memory (given to the RunSet, loaded, or cut by
+    :meth:`~analysis.runset.RunSet.select`) the metric runs on it here. Otherwise each
+    usable run is read and reduced in its own task, on the RunSet's Dask client or process
+    pool (one after the other here with ``workers=1`` or a small experiment), so the notebook
+    holds at most one run's table at a time (none with a pool or a cluster), and only the
+    per-run results travel back. They are concatenated in ``run_id`` order (or merged by
+    ``combine``): what the metric gives on all runs at once when its groups are runs and
+    ranks.
 
     ``rank_devices=True`` passes the RunSet's ``rank_devices`` table as that keyword.
     """
@@ -377,12 +375,12 @@ def per_run(
         if rank_devices:
             options = {**options, "rank_devices": runset.rank_devices}
         return metric(table, **options)
-    items = _one_run_tables(runset)
-    if not items:
+    runs = _by_id(runset.split())
+    if not runs:
         empty = schema.empty_samples() if which == "samples" else schema.empty_events()
         return metric(empty, **options)
     task = partial(_reduce_run, metric=metric, which=which, rank_devices=rank_devices, options=dict(options))
-    parts = run_tasks(task, items, label=getattr(metric, "__name__", "runs"), **_engine(runset, items))
+    parts = run_tasks(task, runs, label=getattr(metric, "__name__", "runs"), **_engine(runset))
     return (combine or concat_tables)(parts)
 
 
@@ -398,14 +396,14 @@ def _run_key(path: str, run_id: str) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
-def _run_parquet(run: pd.DataFrame) -> pd.DataFrame:
+def _run_parquet(one: Any) -> pd.DataFrame:
     """Writes one run's events to the Parquet cache (unless there); returns its path."""
     from analysis.readers import cache_dir
 
-    path, run_id = str(run["path"].iloc[0]), str(run["run_id"].iloc[0])
+    path, run_id = str(one.runs["path"].iloc[0]), str(one.runs["run_id"].iloc[0])
     out = cache_dir() / "runs" / f"{_run_key(path, run_id)}.parquet"
     if not out.exists():
-        df = _run_data(run, which="events")
+        df = one.events
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         df.to_parquet(tmp, index=False, compression="lz4")
@@ -423,10 +421,11 @@ def dask_events(runset: Any) -> Any:
     """
     import dask.dataframe as dd
 
-    items = _one_run_tables(runset)
-    if not items:
+    runs = [one for one in runset.split() if one.runs["path"].iloc[0] is not None
+            and Path(one.runs["path"].iloc[0]).is_dir()]
+    if not runs:
         return dd.from_pandas(schema.empty_events(), npartitions=1)
-    done = run_tasks(_run_parquet, items, client=runset.client, label="caching runs")
+    done = run_tasks(_run_parquet, runs, client=runset.client, label="caching runs")
     return dd.read_parquet([f["path"].iloc[0] for f in done], engine="pyarrow")
 
 

@@ -124,3 +124,85 @@ def test_slurm_job_script_runs_our_python_with_the_shared_cache(tmp_path):
     worker = next(line for line in lines if "distributed.cli.dask_worker" in line)
     assert worker.startswith(sys.executable + " ")
     assert "--nworkers 8" in worker and "--nthreads 1" in worker
+
+
+# --------------------------------------------------------------------------------------
+# RunSet: per-run metrics on the pool and on Dask equal the metrics of all events
+
+
+@pytest.fixture(scope="module")
+def sweep(repo_root):
+    """Four runs of the sample sweep: Horovod and DDP, 1 and 2 ranks (samples included)."""
+    from analysis import RunSet
+
+    ids = ["horovod-gloo_np2_bs75_r1", "ddp-gloo_np2_bs75_r1", "horovod-gloo_np1_bs75_r1", "baseline_np1_bs75_r1"]
+    return repo_root / "data" / "sample_sweep", ids, RunSet
+
+
+def _studies(events_or_rs, samples=None, rank_devices=None):
+    from analysis import metrics as M
+
+    s = events_or_rs if samples is None else samples
+    usage = M.device_usage(s) if rank_devices is None else M.device_usage(s, rank_devices=rank_devices)
+    return {
+        "step_times": M.step_times(events_or_rs),
+        "time_breakdown": M.time_breakdown(events_or_rs),
+        "time_breakdown_run": M.time_breakdown(events_or_rs, level="run"),
+        "sync_times": M.sync_times(events_or_rs),
+        "gpu_time_breakdown": M.gpu_time_breakdown(events_or_rs),
+        "device_usage": usage,
+    }
+
+
+@pytest.fixture(scope="module")
+def serial_tables(sweep):
+    exp, ids, RunSet = sweep
+    rs = RunSet.from_dirs([exp], workers=1).filter(run_id=ids)
+    return _studies(rs.events, rs.samples, rs.rank_devices)
+
+
+def _assert_same(got, want):
+    assert len(want["step_times"]) > 100 and len(want["sync_times"]) > 50 and len(want["device_usage"]) > 4
+    for name in want:
+        pd.testing.assert_frame_equal(got[name], want[name], obj=name)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_runset_metrics_run_by_run_equal_all_events(sweep, serial_tables, workers):
+    exp, ids, RunSet = sweep
+    rs = RunSet.from_dirs([exp], workers=workers).filter(run_id=ids)
+    _assert_same(_studies(rs), serial_tables)
+    # the studies never gathered every event of every run in this process
+    assert rs.loaded("events") is None and rs.loaded("samples") is None
+
+
+def test_runset_on_dask_gives_the_same_tables_and_a_dask_events_frame(sweep, serial_tables, client):
+    exp, ids, RunSet = sweep
+    rs = RunSet.from_dirs([exp], client=client).filter(run_id=ids)
+    _assert_same(_studies(rs), serial_tables)
+    ev = rs.events
+    assert type(ev).__module__.startswith("dask")
+    assert ev.npartitions == len(ids)
+    serial = RunSet.from_dirs([exp], workers=1).filter(run_id=ids).events
+    got = ev.groupby("kind", observed=True).size().compute().sort_index()
+    want = serial.groupby("kind", observed=True).size()
+    assert got.to_dict() == {k: v for k, v in want.items() if v}
+
+
+def test_pool_loads_the_events_of_serial_loading(sweep):
+    exp, ids, RunSet = sweep
+    a = RunSet.from_dirs([exp], workers=1).filter(run_id=ids)
+    b = RunSet.from_dirs([exp], workers=2).filter(run_id=ids)
+    pd.testing.assert_frame_equal(b.events, a.events)
+    pd.testing.assert_frame_equal(b.samples, a.samples)
+
+
+def test_a_selected_runset_is_reduced_as_selected(sweep):
+    from analysis import metrics as M
+
+    exp, ids, RunSet = sweep
+    rs = RunSet.from_dirs([exp], workers=2).filter(run_id=ids[:1])
+    cut = rs.select(kind="phase", name=["forward", "backward", "step"])
+    ev = cut.loaded("events")
+    assert set(ev["name"].astype(str)) == {"forward", "backward", "step"}
+    pd.testing.assert_frame_equal(M.time_breakdown(cut), M.time_breakdown(ev))

@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from analysis import scale
 from analysis.errors import ScalescopeError
 from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, group_keys, plain, require_columns
@@ -158,6 +159,8 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     ----------
     events
         Event frame (schema of :mod:`analysis.schema`) holding kind ``phase`` rows.
+        Or a :class:`~analysis.runset.RunSet`: each run is read and reduced on its own
+        (on the RunSet's process pool or Dask workers, ``docs/scale.md``); the same table.
 
     Returns
     -------
@@ -181,6 +184,8 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     >>> step_times(ev)["step_time_s"].tolist()
     [4e-08, 1e-08]
     """
+    if scale.is_runset(events):
+        return scale.per_run(events, step_times)
     ph = _phases(events)
     frames = []
     for run_id, rank in group_keys(ph, ("run_id", "rank")):
@@ -296,6 +301,8 @@ def time_breakdown(
     events
         Event frame with our own ``phase`` rows (and the comm hooks' ``comm`` records, and
         a Horovod timeline).
+        Or a :class:`~analysis.runset.RunSet`: each run is read and reduced on its own
+        (on the RunSet's process pool or Dask workers, ``docs/scale.md``); the same table.
     level
         ``"step"``: one row per (run, rank, step); ``"rank"``: per (run, rank);
         ``"run"``: per run (all ranks together).
@@ -337,6 +344,9 @@ def time_breakdown(
     """
     if level not in ("step", "rank", "run"):
         raise ScalescopeError(f"level must be 'step', 'rank' or 'run', not {level!r}")
+    if scale.is_runset(events):
+        return scale.per_run(events, time_breakdown, level=level, comm_cats=comm_cats, warmup=warmup,
+                             timeline_rank=timeline_rank)
     ph = _phases(events)
     comm_all = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
     comm_all = comm_all.assign(run_id=plain(comm_all["run_id"]))
@@ -605,6 +615,8 @@ def gpu_time_breakdown(events: pd.DataFrame, *, drop_last_profiler_step: bool = 
     events
         Event frame from Kineto or nsys traces: GPU rows are those of kind ``compute``,
         ``comm``, ``memcpy`` or ``memset`` with a ``device`` or ``stream``.
+        Or a :class:`~analysis.runset.RunSet`: each run is read and reduced on its own
+        (on the RunSet's process pool or Dask workers, ``docs/scale.md``); the same table.
     drop_last_profiler_step
         Apply Holistic Trace Analysis' default trace filter first (``TraceAnalysis(...,
         include_last_profiler_step=False)``): when a rank's Kineto trace has two or more
@@ -633,6 +645,8 @@ def gpu_time_breakdown(events: pd.DataFrame, *, drop_last_profiler_step: bool = 
     communication (union of comm kernels minus compute) and memory (the rest), so
     communication overlapped by compute is counted once, as compute.
     """
+    if scale.is_runset(events):
+        return scale.per_run(events, gpu_time_breakdown, drop_last_profiler_step=drop_last_profiler_step)
     require_columns(events, ("run_id", "rank", "kind", "device", "stream", "start_ns", "dur_ns"), "gpu_time_breakdown")
     kinds = plain(events["kind"])
     on_gpu = kinds.isin(["compute", "comm", "memcpy", "memset"]) & (

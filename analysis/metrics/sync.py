@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis import scale
 from analysis.metrics._common import plain, require_columns
 from analysis.metrics.breakdown import IN_FLIGHT_CATS, WARMUP, time_breakdown
 
@@ -25,6 +26,8 @@ def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CAT
     events
         Event frame with our ``phase`` rows (and the comm hooks' records, and a Horovod
         timeline).
+        Or a :class:`~analysis.runset.RunSet`: each run is read and reduced on its own
+        (on the RunSet's process pool or Dask workers, ``docs/scale.md``); the same table.
     comm_cats
         ``cat`` values of ``comm`` rows that mark a gradient collective in flight.
     warmup
@@ -44,6 +47,8 @@ def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CAT
     :func:`~analysis.metrics.breakdown.time_breakdown`; ``docs/metrics.md`` defines them
     for Horovod and DDP alike.
     """
+    if scale.is_runset(events):
+        return scale.per_run(events, sync_times, comm_cats=comm_cats, warmup=warmup)
     require_columns(events, ("run_id", "rank", "kind", "name", "cat", "start_ns", "dur_ns"), "sync_times")
     kind, name, cat = plain(events["kind"]), plain(events["name"]), plain(events["cat"])
     has = events[((kind == "phase") & (name == "sync")) | ((kind == "comm") & cat.isin(list(comm_cats)))]

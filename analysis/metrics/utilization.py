@@ -8,10 +8,14 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis import scale
 from analysis.metrics._common import plain, require_columns
 
 GPU_METRICS: tuple[str, ...] = ("util_gpu_pct", "util_mem_pct", "mem_used_mib", "power_w")
 CPU_METRICS: tuple[str, ...] = ("cpu_util_pct", "rss_mib")
+#: The units of :func:`device_usage` in its row order, with the metrics each may have.
+_UNITS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gpu", GPU_METRICS + CPU_METRICS), ("rank", CPU_METRICS), ("host", ("cpu_util_pct",)))
 
 
 def device_usage(samples: pd.DataFrame, *, rank_devices: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -21,7 +25,11 @@ def device_usage(samples: pd.DataFrame, *, rank_devices: pd.DataFrame | None = N
     Parameters
     ----------
     samples
-        Sample frame (schema of :mod:`analysis.schema`).
+        Sample frame (schema of :mod:`analysis.schema`). Or a
+        :class:`~analysis.runset.RunSet`: each run's samples are summarised on their own
+        (on the RunSet's process pool or Dask workers, ``docs/scale.md``), with the
+        RunSet's ``rank_devices`` unless ``rank_devices`` is given; the same table as
+        ``device_usage(rs.samples, rank_devices=rs.rank_devices)``.
     rank_devices
         ``RunSet.rank_devices``: when given, GPUs a run sampled but none of its ranks used
         (idle GPUs of a partly filled node) are left out (:func:`own_samples`).
@@ -39,6 +47,10 @@ def device_usage(samples: pd.DataFrame, *, rank_devices: pd.DataFrame | None = N
     Means are plain averages of the samples (the sampler's interval is constant); per-core
     CPU rows are left out (the host total already covers them).
     """
+    if scale.is_runset(samples):
+        given = {} if rank_devices is None else {"rank_devices": rank_devices}
+        return scale.per_run(samples, device_usage, which="samples", rank_devices=rank_devices is None,
+                             combine=_usage_of_runs, **given)
     require_columns(samples, ("run_id", "host", "device", "cpu_core", "rank", "ts_ns"), "device_usage")
     if rank_devices is not None:
         samples = own_samples(samples, rank_devices)
@@ -66,6 +78,23 @@ def device_usage(samples: pd.DataFrame, *, rank_devices: pd.DataFrame | None = N
     out["device"] = pd.array(out["device"].where(out["device"].notna(), None), dtype="Int16")
     out["rank"] = pd.array(out["rank"].where(out["rank"].notna(), None), dtype="Int32")
     return out
+
+
+def _usage_of_runs(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """:func:`device_usage` tables of single runs (in ``run_id`` order) as one table of all
+    the runs gives: rows by unit (gpu, rank, host) then run; a metric's columns where its
+    unit first has them."""
+    full = [p for p in parts if len(p)]
+    if not full:
+        return parts[0]
+    out = pd.concat(full, ignore_index=True)
+    cols = ["run_id", "host", "unit", "device", "rank", "n_samples"]
+    for unit, metrics in _UNITS:
+        rows = out[out["unit"] == unit]
+        cols += [f"{m}_{s}" for m in metrics for s in ("mean", "max")
+                 if f"{m}_mean" in rows and rows[f"{m}_mean"].notna().any() and f"{m}_mean" not in cols]
+    order = np.argsort(out["unit"].map({u: i for i, (u, _) in enumerate(_UNITS)}).to_numpy(), kind="stable")
+    return out.iloc[order][cols].reset_index(drop=True)
 
 
 def usage_by_ranks(
