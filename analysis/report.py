@@ -562,7 +562,8 @@ def _study_clusters(ctx: _Context) -> Section:
     sec.figures.append(("clusters_slopes", P.plot_speedup_slopes(fit, by=(axis, "config_backend"))))
     sec.tables.append(("clusters_slopes", fit, "Speedup per added rank (least squares, Student-t interval)."))
     sec.tables.append(("clusters_scaling", table, f"Against one baseline ({first})."))
-    what = [c for c in ("cluster", "partition", "gpu_model", "gpus_per_node", "nodes", "labels") if c in pr.columns]
+    what = [c for c in ("cluster", "partition", "gpu_model", "gpus_per_node", "gpus_on_node", "nodes", "labels")
+            if c in pr.columns]
     sec.tables.append(("clusters_what_differs", pr[[axis, *[c for c in what if c != axis]]].drop_duplicates()
                        .sort_values(axis).reset_index(drop=True), f"What each {axis} is, as recorded."))
     try:

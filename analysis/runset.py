@@ -44,6 +44,7 @@ RUN_COLUMNS: dict[str, str] = {
     "partition": "object",
     "nodes": "object",
     "gpus_per_node": "Int64",
+    "gpus_on_node": "Int64",
     "labels": "object",
     "framework": "object",
     "backend": "object",
@@ -183,11 +184,15 @@ def _placement(entry: dict, manifest: dict | None, config: dict) -> dict:
     env = m.get("slurm") or {}
     job = entry.get("slurm") or {}
     labels = {str(k): str(v) for k, v in (config.get("labels") or {}).items()}
+    hosts = (m.get("sampler") or {}).get("hosts") or {}
+    seen = [len(h.get("devices") or []) for h in hosts.values() if isinstance(h, dict)]
     out = {
         "cluster": env.get("SLURM_CLUSTER_NAME") or job.get("cluster") or labels.get("cluster"),
         "partition": env.get("SLURM_JOB_PARTITION") or job.get("partition") or labels.get("partition"),
         "nodes": ",".join(sorted(m["ranks_per_host"])) if m.get("ranks_per_host") else None,
         "gpus_per_node": (m.get("gpu") or {}).get("per_node"),
+        # GPUs NVML listed on a node: more than gpus_per_node on a partly filled node
+        "gpus_on_node": max(seen, default=0) or None,
         "labels": "; ".join(f"{k}={v}" for k, v in labels.items()) or None,
     }
     for key, value in labels.items():

@@ -14,7 +14,8 @@ from analysis.metrics._common import require_columns, spread
 
 #: Run metadata carried into per-run tables (plus every ``vary_*`` and ``label_*`` column).
 RUN_META: tuple[str, ...] = (
-    "run_id", "experiment", "cluster", "partition", "gpu_model", "gpus_per_node", "nodes", "labels", "status",
+    "run_id", "experiment", "cluster", "partition", "gpu_model", "gpus_per_node", "gpus_on_node", "nodes", "labels",
+    "status",
     "framework", "backend", "config_backend", "requested_backend", "n_ranks", "n_nodes", "batch_size",
     "global_batch_size", "learning_rate", "lr_scaling", "inject", "repeat", "scaling", "data_scale",
     "dataset_size", "n_params",

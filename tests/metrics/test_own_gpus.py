@@ -112,6 +112,7 @@ def test_real_h200_run_maps_its_rank_by_uuid(data_dir):
 
     rs = RunSet.from_dirs(data_dir / GPU_RUN)
     assert rs.runs["partition"].tolist() == ["h200"] and rs.runs["gpu_model"].tolist() == ["NVIDIA H200"]
+    assert rs.runs[["gpus_per_node", "gpus_on_node"]].values.tolist() == [[1, 1]]
     rd = rs.rank_devices
     assert rd[["rank", "device", "device_from"]].values.tolist() == [[0, 0, "uuid"]]
     s = rs.samples
