@@ -450,7 +450,13 @@ class RunSet:
         ``lr_scaling``, ``inject`` (the example's ``--inject`` specs, None without), ``repeat``, ``epochs``, ``dataset_size``, ``n_params``,
         ``sampler_kind``, ``sampler_interval_s``, ``gpu_model``, ``horovod_controller``,
         ``time_origin``, ``start_time``, ``end_time``, ``wall_s`` and one ``vary_<name>``
-        column per varied sweep parameter.
+        column per varied sweep parameter. Where and how it ran: ``cluster`` and
+        ``partition`` (SLURM's, else the sweep's ``--label cluster=/partition=``), ``nodes``
+        (host names), ``gpus_per_node`` (GPUs the ranks used on a node), ``gpus_on_node``
+        (GPUs NVML listed there), ``labels`` and one ``label_<key>`` column per other label;
+        ``requested_backend`` (the sweep's label) beside ``config_backend`` (what ran: a
+        Horovod run with NCCL tensor operations is ``horovod-nccl``), ``horovod_tensor_op``,
+        ``scaling`` (``strong``/``weak``), ``data_scale`` and ``time_budget_s``.
     """
 
     def __init__(
