@@ -39,6 +39,8 @@ import pandas as pd
 
 from analysis import schema
 
+#: Marks a frame without rows in :func:`to_ipc` (an Arrow stream starts with 0xFFFFFFFF).
+_EMPTY = b"scalescope-empty-frame\n"
 #: Modules every pool worker imports once, before its first task.
 _PRELOAD = ["analysis.readers", "analysis.metrics"]
 
@@ -56,9 +58,15 @@ def default_workers() -> int:
 
 
 def to_ipc(df: pd.DataFrame) -> bytes:
-    """One Arrow IPC stream holding ``df`` (schema dtypes kept through pandas metadata)."""
+    """One Arrow IPC stream holding ``df`` (schema dtypes kept through pandas metadata).
+
+    A frame without rows is pickled instead (it is tiny): Arrow drops the categories of an
+    empty categorical column, which pandas keeps.
+    """
     import pyarrow as pa
 
+    if not len(df):
+        return _EMPTY + pickle.dumps(df)
     table = pa.Table.from_pandas(df, preserve_index=False)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -70,6 +78,8 @@ def from_ipc(buf: bytes) -> pd.DataFrame:
     """The frame :func:`to_ipc` wrote, with the same columns, dtypes and categories."""
     import pyarrow as pa
 
+    if buf.startswith(_EMPTY):
+        return pickle.loads(buf[len(_EMPTY):])
     table = pa.ipc.open_stream(io.BytesIO(buf)).read_all()
     df = table.to_pandas(split_blocks=True, self_destruct=True)
     del table

@@ -47,9 +47,10 @@ def _read_serial(files):
 def test_ipc_round_trip_keeps_schema_dtypes(files):
     for f in files:
         df = analysis.read(f)
-        back = scale.from_ipc(scale.to_ipc(df))
-        pd.testing.assert_frame_equal(back, df)
-        assert back.dtypes.to_dict() == df.dtypes.to_dict()
+        for frame in (df, df.iloc[0:0]):  # an empty frame keeps its categories too
+            back = scale.from_ipc(scale.to_ipc(frame))
+            pd.testing.assert_frame_equal(back, frame)
+            assert back.dtypes.to_dict() == frame.dtypes.to_dict()
 
 
 def test_pool_reads_like_serial_with_the_same_warnings_in_order(files):
@@ -206,3 +207,31 @@ def test_a_selected_runset_is_reduced_as_selected(sweep):
     ev = cut.loaded("events")
     assert set(ev["name"].astype(str)) == {"forward", "backward", "step"}
     pd.testing.assert_frame_equal(M.time_breakdown(cut), M.time_breakdown(ev))
+
+
+# --------------------------------------------------------------------------------------
+# The real corpus: every Kineto trace and Horovod timeline, and the nsys exports
+
+
+@pytest.mark.corpus
+def test_corpus_reads_and_reduces_identically_on_the_pool_and_on_dask(corpus_dir, client):
+    files = sorted([*corpus_dir.glob("kineto/**/*.json*"), *corpus_dir.glob("horovod_timeline/*.json"),
+                    *corpus_dir.glob("nsys/*.sqlite")])
+    assert len(files) >= 18
+    frames, caught = _read_serial(files)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        pooled = scale.read_files(files, workers=2)
+    assert [(w.category, str(w.message)) for w in got] == caught
+    for a, b in zip(frames, pooled, strict=True):
+        pd.testing.assert_frame_equal(b, a)
+    # the per-rank GPU breakdown of the 8-rank DLRM job, one file per rank
+    dlrm = sorted(corpus_dir.glob("kineto/param_dlrm_8rank/*.json"))
+    want = gpu_time_breakdown(analysis.read_many(dlrm))
+    assert len(want) == 8
+    pd.testing.assert_frame_equal(scale.reduce_files(dlrm, gpu_time_breakdown, client=client), want)
+    pd.testing.assert_frame_equal(scale.reduce_files(dlrm, gpu_time_breakdown, workers=2), want)
+    timelines = sorted(corpus_dir.glob("horovod_timeline/*.json"))
+    parts = scale.reduce_files(timelines, [horovod_allreduce] * len(timelines), client=client)
+    for tl, part in zip(timelines, parts, strict=True):
+        pd.testing.assert_frame_equal(part, horovod_allreduce(analysis.read(tl)))
