@@ -496,16 +496,34 @@ def connect_ro(path: Path) -> sqlite3.Connection:
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         raise sqlite_error(path, exc) from None
     return con
+
+
+#: What a damaged database raises from inside sqlite3 (text that is not UTF-8, integers that
+#: do not fit, the driver's own errors).
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError)
+
+
+#: What a value of the wrong type in a damaged database raises in a reader (SQLite keeps any
+#: type in any column, so a flipped byte can put text where an integer was).
+VALUE_ERRORS = (TypeError, ValueError, OverflowError, KeyError)
+
+
+def value_error(path: Path, exc: Exception) -> ReadError:
+    """A damaged database's wrong-typed value as our ReadError."""
+    return ReadError(path, f"damaged database: a value of the wrong type or out of range "
+                           f"({type(exc).__name__}: {str(exc)[:120]})")
 
 
 def sqlite_error(path: Path, exc: Exception) -> ReadError:
     """Turn a sqlite3 exception into our ReadError with a hint."""
     msg = str(exc)
     hint = ""
-    if "malformed" in msg or "not a database" in msg or "disk I/O" in msg:
+    if isinstance(exc, UnicodeDecodeError):
+        msg, hint = f"text that is not UTF-8 ({exc.reason} at byte {exc.start})", " (the file is damaged)"
+    elif "malformed" in msg or "not a database" in msg or "disk I/O" in msg:
         hint = " (the file is damaged or truncated; re-export it from the report)"
     return ReadError(path, f"cannot read the SQLite database: {msg}{hint}")
 
@@ -530,7 +548,7 @@ def sniff_tables(path: Path) -> set[str] | None:
             return sqlite_tables(con)
         finally:
             con.close()
-    except sqlite3.Error:
+    except SQLITE_ERRORS:
         return None
 
 

@@ -193,6 +193,9 @@ def _ints(frame: pd.DataFrame, *names: str, dtype: str = "Int64") -> object:
     if s is None:
         return None
     v = _num(s)
+    info = np.iinfo(dtype.lower())
+    if ((v < info.min) | (v > info.max)).any():
+        raise ValueError(f"column {s.name!r} has values out of range")
     return pd.array(v.where(v.notna() & (v == v.round())), dtype=dtype)
 
 
@@ -205,19 +208,36 @@ def _device(frame: pd.DataFrame) -> object:
     return pd.array(pd.to_numeric(num, errors="coerce"), dtype="Int16")
 
 
-def _valid_rows(frame: pd.DataFrame, path: Path, what: str) -> tuple[pd.DataFrame, pd.Series]:
-    """The rows with a parsable ``Start`` and those start times (ns); the rows dropped here
-    and those the CSV parse already dropped are counted in one warning."""
-    return keep_parsed(frame, _required_times(frame, "Start"), path, stacklevel=4,
-                       detail=f" of the {what} table (wrong number of fields or no parsable Start)",
+def _valid_rows(frame: pd.DataFrame, path: Path, what: str, dur: pd.Series | None = None,
+                ) -> tuple[pd.DataFrame, pd.Series]:
+    """The rows with a parsable ``Start`` (and ``dur``, when given) within int64 ns, and those
+    start times (ns); the rows dropped here and those the CSV parse already dropped are
+    counted in one warning."""
+    start = _required_times(frame, "Start")
+    ok = start.abs() < _NS_LIMIT
+    if dur is not None:
+        ok &= dur.abs() < _NS_LIMIT
+    return keep_parsed(frame, start.where(ok), path, stacklevel=4,
+                       detail=f" of the {what} table (wrong number of fields, or no parsable Start or Duration "
+                              "within range)",
                        already_bad=int(frame.attrs.get("bad_rows", 0)))
 
 
-def _gpu_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    frame, start = _valid_rows(frame, path, "cuda_gpu_trace")
-    dur = _required_times(frame, "Duration").fillna(0)
+#: |ns| at or above this does not fit int64 after the session offset: such rows are dropped.
+_NS_LIMIT = 2.0**62
+
+
+def _names(frame: pd.DataFrame, fill: str = "") -> pd.Series:
     names, _ = _col(frame, "Name")
-    names = names.fillna("").astype(str)
+    if names is None:
+        raise ValueError("no 'Name' column")
+    return names.fillna(fill).astype(str)
+
+
+def _gpu_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    frame, start = _valid_rows(frame, path, "cuda_gpu_trace", _required_times(frame, "Duration"))
+    dur = _required_times(frame, "Duration")
+    names = _names(frame)
     is_copy = names.str.startswith("[CUDA memcpy").to_numpy()
     is_set = names.str.startswith("[CUDA memset").to_numpy()
     nccl = np.array([is_nccl_kernel(n) for n in names], dtype=bool)
@@ -230,6 +250,8 @@ def _gpu_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
         if factor is None:
             raise ValueError(f"size column has unit {unit!r}; expected one of {sorted(SIZE_UNITS)}")
         b = (_num(size) * factor).round()
+        if (b.abs() >= 2.0**63).any():
+            raise ValueError(f"column {size.name!r} has values out of range")
         nbytes = pd.array(b.where(is_copy | is_set), dtype="Int64")
     return pd.DataFrame(
         {
@@ -247,10 +269,9 @@ def _gpu_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def _api_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    frame, start = _valid_rows(frame, path, "cuda_api_trace")
-    dur = _required_times(frame, "Duration").fillna(0)
-    names, _ = _col(frame, "Name")
-    names = names.fillna("").astype(str)
+    frame, start = _valid_rows(frame, path, "cuda_api_trace", _required_times(frame, "Duration"))
+    dur = _required_times(frame, "Duration")
+    names = _names(frame)
     return pd.DataFrame(
         {
             "pid": _ints(frame, "Pid", "PID"),
@@ -266,15 +287,9 @@ def _api_trace(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def _nvtx_trace(frame: pd.DataFrame, path: Path, domains: Iterable[str]) -> pd.DataFrame:
-    frame, start = _valid_rows(frame, path, "nvtx_pushpop_trace")
-    end = _times(frame, "End")
-    dur = _times(frame, "Duration")
-    if dur is None:
-        dur = end - start
-    if end is not None:
-        dur = dur.where(dur.notna(), end - start)
-    names, _ = _col(frame, "Name")
-    names = names.fillna("<unnamed>").astype(str)
+    frame, start = _valid_rows(frame, path, "nvtx_pushpop_trace", _nvtx_dur(frame, _times(frame, "Start")))
+    dur = _nvtx_dur(frame, start)
+    names = _names(frame, "<unnamed>")
     known = tuple(domains)
     cats, texts = [], []
     for n in names:
@@ -294,9 +309,22 @@ def _nvtx_trace(frame: pd.DataFrame, path: Path, domains: Iterable[str]) -> pd.D
             "kind": kind,
             "cat": np.array(cats, dtype=object),
             "start_ns": start.to_numpy(np.int64),
-            "dur_ns": dur.fillna(0).clip(lower=0).to_numpy(np.int64),
+            "dur_ns": dur.to_numpy(np.int64),
         }
     )
+
+
+def _nvtx_dur(frame: pd.DataFrame, start: pd.Series) -> pd.Series:
+    """An NVTX range's duration: its ``Duration``, else ``End - Start``."""
+    end = _times(frame, "End")
+    dur = _times(frame, "Duration")
+    if dur is None:
+        if end is None:
+            raise ValueError("neither a 'Duration' nor an 'End' column")
+        dur = end - start
+    if end is not None:
+        dur = dur.where(dur.notna(), end - start)
+    return dur
 
 
 def _load(path: Path) -> list[tuple[str | None, pd.DataFrame]]:
@@ -308,7 +336,10 @@ def _load(path: Path) -> list[tuple[str | None, pd.DataFrame]]:
     for report, lines in tables:
         if not _looks_like_header(lines[0]):
             raise ReadError(path, f"first line is not an nsys stats CSV header: {lines[0][:120]!r}")
-        out.append((report, _parse(lines)))
+        try:
+            out.append((report, _parse(lines)))
+        except csv.Error as exc:
+            raise ReadError(path, f"malformed CSV: {exc}") from None
     return out
 
 
@@ -367,7 +398,7 @@ def read(
     rid = run_id if run_id is not None else default_run_id(path)
     if not parts:
         return schema.make_events(0, run_id=rid, start_ns=[], dur_ns=[], source=NAME)
-    return _events(parts, rid, session_start_ns)
+    return _events(parts, rid, session_start_ns, path)
 
 
 def _trace_tables(path: Path, domains: Iterable[str],
@@ -396,11 +427,15 @@ def _trace_tables(path: Path, domains: Iterable[str],
     return parts, summaries, unknown
 
 
-def _events(parts: list[pd.DataFrame], rid: str, session_start_ns: int | None) -> pd.DataFrame:
+def _events(parts: list[pd.DataFrame], rid: str, session_start_ns: int | None, path: Path) -> pd.DataFrame:
     """One event frame, in time order, from the trace tables' parts."""
     raw = pd.concat(parts, ignore_index=True)
     raw = raw.sort_values("start_ns", kind="mergesort").reset_index(drop=True)
     offset = int(session_start_ns) if session_start_ns is not None else 0
+    negative = int((raw["dur_ns"] < 0).sum())
+    if negative:
+        warnings.warn(f"{path}: {negative} event(s) with a negative duration; their dur_ns is set to 0",
+                      RecoveryWarning, stacklevel=3)
     cols = {}
     for c in ("pid", "tid", "device", "stream", "bytes", "correlation"):
         if c in raw:

@@ -67,6 +67,8 @@ from analysis import schema
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import default_run_id, register
 from analysis.readers._cupti import (
+    SQLITE_ERRORS,
+    VALUE_ERRORS,
     connect_ro,
     damaged_sqlite,
     is_nccl_kernel,
@@ -75,6 +77,7 @@ from analysis.readers._cupti import (
     sqlite_error,
     sqlite_tables,
     table_columns,
+    value_error,
 )
 
 NAME = "nsys_sqlite"
@@ -405,10 +408,12 @@ def read(
                 time=time,
                 kernel_names=kernel_names,
             )
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise sqlite_error(path, exc) from None
         except pd.errors.DatabaseError as exc:
             raise sqlite_error(path, exc) from None
+        except VALUE_ERRORS as exc:
+            raise value_error(path, exc) from None
     finally:
         con.close()
     return schema.validate_events(df)

@@ -171,9 +171,11 @@ def _parse_ts(values: pd.Series, tz: object) -> pd.Series:
 
 def _ok_ts(v: str) -> bool:
     try:
-        pd.Timestamp(v)
-        return True
-    except (ValueError, TypeError):
+        t = pd.Timestamp(v)
+        if t.tzinfo is not None:
+            t = t.tz_convert("UTC").tz_localize(None)
+        return bool(_NS_MIN.tz_localize(None) < t < _NS_MAX.tz_localize(None))
+    except (ValueError, TypeError, OverflowError):
         return False
 
 
@@ -188,8 +190,14 @@ def _tzinfo(tz: object) -> object:
     return tz
 
 
+#: The instants int64 ns can hold (a damaged year such as 3025 falls outside: NaT, dropped).
+_NS_MIN, _NS_MAX = pd.Timestamp.min + pd.Timedelta(days=1), pd.Timestamp.max - pd.Timedelta(days=1)
+
+
 def _localize(naive: pd.Series, tz: object) -> pd.Series:
-    naive = pd.to_datetime(naive).astype("datetime64[ns]")
+    naive = pd.to_datetime(naive)
+    naive = naive.where((naive > _NS_MIN.tz_localize(None)) & (naive < _NS_MAX.tz_localize(None)))
+    naive = naive.astype("datetime64[ns]")
     return naive.dt.tz_localize(_tzinfo(tz), ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
 
 
@@ -216,6 +224,13 @@ def _values(col: pd.Series, target: str, header_unit: str, path: Path) -> np.nda
         units = ", ".join(repr(u) for u in list(bad)[:3])
         warnings.warn(f"{path}: {sum(bad.values())} {target} value(s) with an unreadable unit ({units}) left "
                       "empty", RecoveryWarning, stacklevel=5)
+    wrong = ~np.isfinite(out) & ~np.isnan(out)
+    if kind == "pct":
+        wrong |= (out < 0) | (out > 100)
+    if wrong.any():
+        warnings.warn(f"{path}: {int(wrong.sum())} {target} value(s) out of range left empty",
+                      RecoveryWarning, stacklevel=5)
+        out[wrong] = np.nan
     return out
 
 
@@ -259,7 +274,10 @@ def read(
     path = Path(path)
     raw = read_bytes(path)
     text = _decode(raw)
-    rows = [r for r in csv.reader(io.StringIO(text.lstrip("\ufeff")), skipinitialspace=True) if r]
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text.lstrip("\ufeff")), skipinitialspace=True) if r]
+    except csv.Error as exc:
+        raise ReadError(path, f"malformed CSV: {exc}") from None
     if not rows:
         raise ReadError(path, "no rows (the file holds only blank lines)")
     header, body, targets = _header(rows, columns, path)

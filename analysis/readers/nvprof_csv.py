@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ import pandas as pd
 
 from analysis import schema
 from analysis._io import head, keep_parsed, read_bytes
-from analysis.errors import ReadError
+from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import default_run_id, register
 from analysis.readers._cupti import api_category, is_nccl_kernel, is_sync_api
 
@@ -128,10 +129,12 @@ def _trace_block(path, pid, header, units, rows, bad) -> pd.DataFrame:
         raise ReadError(path, f"unrecognised nvprof table, columns {header[:8]}")
     if unit.get("Start") not in TIME_UNITS or unit.get("Duration") not in TIME_UNITS:
         raise ReadError(path, f"Start/Duration units {unit.get('Start')!r}/{unit.get('Duration')!r} are not time units")
-    frame, start = keep_parsed(frame, _convert(frame["Start"], unit["Start"], TIME_UNITS), path,
-                               detail=" (wrong number of fields or unparsable Start)", already_bad=bad,
-                               stacklevel=4)
-    dur = _convert(frame["Duration"], unit["Duration"], TIME_UNITS).fillna(0)
+    start = _convert(frame["Start"], unit["Start"], TIME_UNITS)
+    dur = _convert(frame["Duration"], unit["Duration"], TIME_UNITS)
+    ok = (start.abs() < 2.0**62) & (dur.abs() < 2.0**62)
+    frame, start = keep_parsed(frame, start.where(ok), path, already_bad=bad, stacklevel=4,
+                               detail=" (wrong number of fields, or no parsable Start or Duration within range)")
+    dur = _convert(frame["Duration"], unit["Duration"], TIME_UNITS)
     names = frame["Name"].fillna("").astype(str)
     device = frame["Device"] if "Device" in frame else pd.Series([""] * len(frame))
     is_api = (device == "").to_numpy() & ~names.str.startswith("[CUDA").to_numpy()
@@ -216,7 +219,10 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     """
     path = Path(path)
     text = read_bytes(path).decode("utf-8", errors="replace")
-    blocks = _blocks(path, text)
+    try:
+        blocks = _blocks(path, text)
+    except csv.Error as exc:
+        raise ReadError(path, f"malformed CSV: {exc}") from None
     if not blocks:
         raise ReadError(path, "no nvprof CSV table found (no quoted header row after the ==PID== lines)")
     if all(_is_summary(h) for _, h, _, _, _ in blocks):
@@ -226,9 +232,16 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
             "statistics, not events; use analysis.readers.nvprof_csv.read_summary(path), or "
             "re-run nvprof with --print-gpu-trace / --print-api-trace",
         )
-    parts = [_trace_block(path, *b) for b in blocks if not _is_summary(b[1])]
+    try:
+        parts = [_trace_block(path, *b) for b in blocks if not _is_summary(b[1])]
+    except (TypeError, ValueError, OverflowError) as exc:  # an id or size beyond its integer type
+        raise ReadError(path, f"a value out of range: {exc}") from None
     raw = pd.concat(parts, ignore_index=True).sort_values("start_ns", kind="mergesort")
     raw = raw.reset_index(drop=True)
+    negative = int((raw["dur_ns"] < 0).sum())
+    if negative:
+        warnings.warn(f"{path}: {negative} event(s) with a negative duration; their dur_ns is set to 0",
+                      RecoveryWarning, stacklevel=2)
     df = schema.make_events(
         len(raw),
         run_id=run_id if run_id is not None else default_run_id(path),

@@ -48,6 +48,8 @@ from analysis import schema
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import default_run_id, register
 from analysis.readers._cupti import (
+    SQLITE_ERRORS,
+    VALUE_ERRORS,
     connect_ro,
     damaged_sqlite,
     demangle,
@@ -59,6 +61,7 @@ from analysis.readers._cupti import (
     sqlite_error,
     sqlite_tables,
     table_columns,
+    value_error,
 )
 
 NAME = "nvprof_sqlite"
@@ -301,8 +304,10 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     try:
         try:
             df = _read(con, path, run_id if run_id is not None else default_run_id(path))
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+        except (*SQLITE_ERRORS, pd.errors.DatabaseError) as exc:
             raise sqlite_error(path, exc) from None
+        except VALUE_ERRORS as exc:
+            raise value_error(path, exc) from None
     finally:
         con.close()
     return schema.validate_events(df)
