@@ -30,6 +30,9 @@ CAUSE_LABELS: dict[str, str] = {
     "other_s": "other / idle",
 }
 _PARTS = ("step_s", "data_s", "compute_s", "exposed_s", "straggler_s", "other_s")
+#: Run columns that name a machine: when the runs differ in one, it joins ``by`` (and a
+#: ``"none"`` baseline must share it).
+MACHINE_AXES: tuple[str, ...] = ("cluster", "partition")
 
 
 def rank_step_parts(events: pd.DataFrame, *, warmup: int | str | None = WARMUP) -> pd.DataFrame:
@@ -129,7 +132,9 @@ def scaling_loss(
         the ``by`` and ``match`` columns; an ``inject`` column marks runs with an injected
         delay, which are never used as references.
     by
-        Columns that define a configuration (``inject`` is added when the runs have it).
+        Columns that define a configuration; ``cluster`` and ``partition`` are added when
+        the runs differ in them (each machine against its own ``"none"`` baseline, unless a
+        mapping picks one), and ``inject`` when the runs have it.
     baseline
         ``"none"`` (default): the one-process runs without a framework that share the
         ``match`` columns; a mapping ``{column: value}`` picks the baseline runs explicitly
@@ -179,7 +184,11 @@ def scaling_loss(
     require_columns(runs, ("run_id", "framework", "n_ranks", *by, *match), "scaling_loss")
     if mode not in ("strong", "weak"):
         raise ScalescopeError(f"mode must be 'strong' or 'weak', not {mode!r}")
-    by = list(by) + (["inject"] if "inject" in runs and "inject" not in by else [])
+    # machines are configurations of their own, each against its own baseline
+    axes = [c for c in MACHINE_AXES if c in runs and c not in by and runs[c].nunique(dropna=True) > 1]
+    by = [*by, *axes] + (["inject"] if "inject" in runs and "inject" not in by else [])
+    if baseline == "none":
+        match = [*match, *(c for c in axes if c not in match)]
     parts = rank_step_parts(events, warmup=warmup)
     if parts.empty:
         raise ScalescopeError("no run has training-phase records (kind 'phase') to split the step time")
@@ -253,21 +262,23 @@ def scaling_loss(
     return out
 
 
-def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend", "batch_size"),
+def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend", "batch_size", *MACHINE_AXES),
                  top: int = 3) -> list[str]:
     """One sentence per row of :func:`scaling_loss` (rank counts above one).
 
     E.g. "At 2 ranks horovod-gloo (batch 75) reaches 0.46 of ideal; of the 12.3 ms lost per
-    step, 70 % is exposed synchronisation, 20 % waiting for the slowest rank (rank 1)."
-    Causes are listed largest first, only those adding to the loss (share >= 5 %).
+    step, 70 % is exposed synchronisation, 20 % is waiting for rank 1." Causes are listed
+    largest first, those adding at least 5 % to the loss. When some causes are negative
+    (the configuration is faster than its reference there), the shares are of the time the
+    positive causes add, and the sentence says how much the others won back.
     """
     require_columns(loss, ("n_ranks", "efficiency", "gap_s", *CAUSES), "explain_loss")
     out = []
     for r in loss[loss["n_ranks"] > 1].itertuples(index=False):
         d = r._asdict()
         name = str(d.get("config_backend", "the configuration"))
-        extra = [f"batch {d['batch_size']}" for c in label if c == "batch_size" and c in d]
-        extra += [f"{c} {d[c]}" for c in label if c not in ("config_backend", "batch_size") and c in d]
+        extra = [(f"batch {d[c]}" if c == "batch_size" else f"{c} {d[c]}") for c in label
+                 if c != "config_backend" and c in d and pd.notna(d[c])]
         if pd.notna(d.get("inject")) and d.get("inject"):
             extra.append(f"injected {d['inject']}")
         who = name + (f" ({', '.join(extra)})" if extra else "")
@@ -276,7 +287,8 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
         if not gap > 0:
             out.append(head + "; its steps are no slower than the baseline's.")
             continue
-        causes = sorted(((d[c] / gap, c) for c in CAUSES if d[c] / gap >= 0.05), reverse=True)[:top]
+        added = sum(d[c] for c in CAUSES if d[c] > 0)
+        causes = sorted(((d[c] / added, c) for c in CAUSES if d[c] / added >= 0.05), reverse=True)[:top]
         words = []
         for share, c in causes:
             w = CAUSE_LABELS[c]
@@ -284,5 +296,9 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
                 w = f"waiting for rank {int(d['slowest_rank'])}"
             words.append(f"{100 * share:.0f} % is {w}")
         tail = ", ".join(words) if words else "no single cause reaches 5 %"
+        back = [c for c in CAUSES if d[c] < 0 and -d[c] >= 0.05 * gap]
+        if back:
+            won = ", ".join(f"{-1e3 * d[c]:.1f} ms in {CAUSE_LABELS[c]}" for c in back)
+            tail += f" (shares of the {1e3 * added:.1f} ms the causes add; {won} won back)"
         out.append(f"{head}; of the {1e3 * gap:.1f} ms lost per step, {tail}.")
     return out

@@ -169,3 +169,20 @@ def test_scaling_loss_needs_a_baseline():
     assert t.loc[2, "gap_s"] == pytest.approx(4e-6)
     with pytest.raises(ScalescopeError, match="mode"):
         scaling_loss(ev, runs, mode="diagonal")
+
+
+def test_partitions_are_configurations_with_their_own_baseline():
+    ev, runs = _gap_events()
+    ev_b = ev.assign(run_id=ev["run_id"].astype(str) + "-b", start_ns=ev["start_ns"] * 2, dur_ns=ev["dur_ns"] * 2)
+    runs = pd.concat([runs.assign(partition="a"), runs.assign(run_id=runs["run_id"] + "-b", partition="b")])
+    t = scaling_loss(concat([ev, ev_b]), runs, warmup=0).set_index(["partition", "n_ranks"])
+    assert t.loc[("a", 2), "ideal_step_s"] == pytest.approx(7e-6)
+    assert t.loc[("b", 2), "ideal_step_s"] == pytest.approx(14e-6)  # its own baseline
+    assert t.loc[("b", 2), "gap_s"] == pytest.approx(10e-6)
+    (a, b) = explain_loss(t.reset_index())
+    assert "partition a" in a and "partition b" in b
+    # one chosen baseline for every partition, as the reference study did
+    one = scaling_loss(concat([ev, ev_b]), runs, warmup=0,
+                       baseline={"partition": "a", "framework": "none", "n_ranks": 1}).set_index(["partition", "n_ranks"])
+    assert one.loc[("b", 2), "ideal_step_s"] == pytest.approx(7e-6)
+    assert one.loc[("b", 2), "framework_s"] == pytest.approx(16e-6 - 7e-6)
