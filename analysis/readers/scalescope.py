@@ -14,8 +14,8 @@ Registered formats:
 directory with a ``run.json``): every rank's trace with rank / local rank / host / device
 from the manifest and the clock offsets of ``run.json`` applied (so every rank is on rank
 0's clock), the Horovod timeline through the ``horovod`` reader when present, or the
-samples. :func:`read_manifest` validates ``run.json``; :func:`read_epochs` reads the
-per-rank epoch metrics.
+samples. :func:`read_manifest` (validates ``run.json``) and :func:`read_epochs` (the
+per-rank epoch metrics) come from :mod:`analysis.rundir`, which RunSet uses too: one rule.
 
 A trace cut off by a killed rank (no closing ``]``, maybe half a record) loads with one
 :class:`~analysis.errors.RecoveryWarning` saying how many bytes were dropped.
@@ -35,6 +35,9 @@ from analysis import schema
 from analysis._io import head, read_bytes
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import REGISTRY, default_run_id, register
+from analysis.rundir import FORMAT_VERSION as MANIFEST_VERSION
+from analysis.rundir import RUN_FORMAT as MANIFEST_FORMAT
+from analysis.rundir import clock_offsets, read_epochs, read_manifest
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -48,9 +51,7 @@ __all__ = [
     "sniff_trace",
 ]
 
-MANIFEST_FORMAT = "scalescope.run"
-#: Newest run-directory / trace format version this reader understands.
-MANIFEST_VERSION = 1
+#: Newest trace format version this reader understands (run.json: :mod:`analysis.rundir`).
 TRACE_VERSION = 1
 
 _GPU_HEADER = ("ts_ns,host,device,util_gpu_pct,util_mem_pct,mem_used_mib,mem_total_mib,"
@@ -306,47 +307,6 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
 
 
 # -- run directory -----------------------------------------------------------------------------
-def read_manifest(path: str | os.PathLike[str]) -> dict:
-    """Read and validate ``run.json`` (``path`` is the file or its run directory).
-
-    Raises
-    ------
-    ReadError
-        When the file is missing, not JSON, not a scalescope run manifest, or of a newer
-        ``format_version`` than this reader (the message names both versions).
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "run.json"
-    raw = read_bytes(path)
-    try:
-        m = json.loads(raw)
-    except ValueError as exc:
-        raise ReadError(path, f"not valid JSON: {exc}") from None
-    if not isinstance(m, dict):
-        raise ReadError(path, "run manifest is not a JSON object")
-    if m.get("format") != MANIFEST_FORMAT:
-        raise ReadError(path, f"format is {m.get('format')!r}, expected {MANIFEST_FORMAT!r}")
-    v = m.get("format_version")
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ReadError(path, f"format_version {v!r} is not a positive integer")
-    if v > MANIFEST_VERSION:
-        raise ReadError(path, f"format_version {v} is newer than this scalescope reads "
-                        f"(up to {MANIFEST_VERSION}); upgrade scalescope")
-    return m
-
-
-def _offsets(manifest: dict) -> dict[int, int]:
-    clock = manifest.get("clock") or {}
-    out = {}
-    for k, v in (clock.get("offsets_ns") or {}).items():
-        try:
-            out[int(k)] = int(v)
-        except (TypeError, ValueError):
-            continue
-    return out
-
-
 def _trace_files(run_dir: Path) -> list[Path]:
     files = [p for p in run_dir.iterdir()
              if p.name.startswith("rank-") and p.name.endswith((".trace.json", ".trace.json.gz"))]
@@ -396,7 +356,7 @@ def read_run_dir(
         raise ReadError(run_dir, "not a directory")
     manifest = read_manifest(run_dir)
     run_id = run_id or manifest.get("run_id") or run_dir.name
-    offsets = _offsets(manifest)
+    offsets = clock_offsets(manifest)
     ranks = {int(r["rank"]): r for r in manifest.get("ranks") or [] if "rank" in r}
     if kind == "samples":
         return _read_run_samples(run_dir, manifest, run_id, offsets)
@@ -518,48 +478,6 @@ def _read_timeline(path: Path, run_id: str) -> list[pd.DataFrame]:
     from analysis.readers import read
 
     return [read(path, "horovod", run_id=run_id)]
-
-
-def read_epochs(path: str | os.PathLike[str], *, run_id: str | None = None) -> pd.DataFrame:
-    """Per-rank epoch metrics of a run directory (all ``rank-*.epochs.jsonl``).
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (rank, epoch): ``run_id``, ``rank``, ``epoch``, ``epoch_time_s``,
-        ``samples``, ``train_loss``, ``val_loss``, ``val_metric``, ``peak_mem_mib``,
-        ``peak_mem_kind`` (``cuda`` or ``rss``), ``wall_ns``. A half-written last line
-        is dropped with a :class:`RecoveryWarning`.
-    """
-    run_dir = Path(path)
-    if run_id is None:
-        run_id = (read_manifest(run_dir).get("run_id") if (run_dir / "run.json").exists()
-                  else None) or run_dir.name
-    cols = ["rank", "epoch", "epoch_time_s", "samples", "train_loss", "val_loss",
-            "val_metric", "peak_mem_mib", "peak_mem_kind", "wall_ns"]
-    rows = []
-    for f in sorted(run_dir.glob("rank-*.epochs.jsonl")):
-        lines = read_bytes(f).split(b"\n")
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                if i == len(lines) - 1:
-                    warnings.warn(f"{f}: dropped a half-written last line ({len(line)} bytes)",
-                                  RecoveryWarning, stacklevel=2)
-                    continue
-                raise ReadError(f, f"line {i + 1} is not valid JSON") from None
-            rows.append({c: obj.get(c) for c in cols})
-    df = pd.DataFrame(rows, columns=cols)
-    df.insert(0, "run_id", run_id)
-    for c in ("rank", "epoch", "samples"):
-        df[c] = pd.array(df[c].tolist(), dtype="Int64")
-    for c in ("epoch_time_s", "train_loss", "val_loss", "val_metric", "peak_mem_mib"):
-        df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
-    df["wall_ns"] = pd.array(df["wall_ns"].tolist(), dtype="Int64")
-    return df.sort_values(["rank", "epoch"], kind="stable").reset_index(drop=True)
 
 
 register(
