@@ -173,7 +173,8 @@ def test_scaling_loss_needs_a_baseline():
 
 def test_partitions_are_configurations_with_their_own_baseline():
     ev, runs = _gap_events()
-    ev_b = ev.assign(run_id=ev["run_id"].astype(str) + "-b", start_ns=ev["start_ns"] * 2, dur_ns=ev["dur_ns"] * 2)
+    ev_b = ev.assign(run_id=(ev["run_id"].astype(str) + "-b").astype("category"), start_ns=ev["start_ns"] * 2,
+                     dur_ns=ev["dur_ns"] * 2)
     runs = pd.concat([runs.assign(partition="a"), runs.assign(run_id=runs["run_id"] + "-b", partition="b")])
     t = scaling_loss(concat([ev, ev_b]), runs, warmup=0).set_index(["partition", "n_ranks"])
     assert t.loc[("a", 2), "ideal_step_s"] == pytest.approx(7e-6)
