@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
+from analysis.metrics.breakdown import WARMUP
 
 
 def negotiation_stragglers(events: pd.DataFrame, *, source: str = "horovod") -> pd.DataFrame:
@@ -77,44 +77,40 @@ def negotiation_stragglers(events: pd.DataFrame, *, source: str = "horovod") -> 
                                        "first_ready_ns", "last_ready_ns", "lag_s", "margin_s"])
 
 
-def phase_stragglers(events: pd.DataFrame, *, phases: Sequence[str] = ("data", "forward", "backward")) -> pd.DataFrame:
+def phase_stragglers(events: pd.DataFrame, *, warmup: int | str | None = WARMUP) -> pd.DataFrame:
     """Per step, which rank finished its compute last and how long the others waited.
 
     Parameters
     ----------
     events
         Event frame with our ``phase`` rows of all ranks of a run.
-    phases
-        Phases that make up the work done before the gradient synchronisation.
+    warmup
+        Warm-up steps dropped on every rank (:func:`~analysis.metrics.breakdown.warmup_count`).
 
     Returns
     -------
     pandas.DataFrame
-        One row per (run_id, epoch, step, rank): ``busy_s`` (union of the phases in that
-        step), ``wait_s`` (= max over ranks of busy_s - own busy_s), ``is_last`` (this rank
-        had the largest busy time).
+        One row per (run_id, epoch, step, rank): ``busy_s`` (data + forward + backward in
+        that step: the work before the gradient synchronisation), ``wait_s`` (= max over
+        ranks of busy_s - own busy_s), ``is_last`` (this rank had the largest busy time).
 
     Notes
     -----
-    Durations rather than end times are compared, so clock offsets between ranks do not
-    matter: after each synchronisation all ranks start the next step together, and the
-    rank with the most work is the one the others wait for in the next synchronisation.
+    ``busy_s`` comes from the step breakdown's exclusive sets
+    (:func:`analysis.metrics.gap.rank_step_parts`), so a sync wait nested in ``backward``
+    (DDP's) is not counted as work. Durations rather than end times are compared, so clock
+    offsets between ranks do not matter: after each synchronisation all ranks start the next
+    step together, and the rank with the most work is the one the others wait for in the
+    next synchronisation.
     """
+    from analysis.metrics.gap import rank_step_parts
+
     require_columns(events, ("run_id", "rank", "kind", "name", "step", "epoch", "start_ns", "dur_ns"), "phase_stragglers")
-    ph = events[(plain(events["kind"]) == "phase") & plain(events["name"]).isin(list(phases)) & events["step"].notna()]
-    ph = ph.assign(run_id=plain(ph["run_id"]), end_ns=end_ns(ph))
-    rows = []
-    for (run_id, epoch, step, rank), g in ph.groupby(["run_id", "epoch", "step", "rank"], sort=True, dropna=False):
-        rows.append({"run_id": run_id, "epoch": epoch, "step": step, "rank": rank,
-                     "busy_s": iv.union_length(g["start_ns"], g["end_ns"]) / NS_PER_S})
-    out = pd.DataFrame(rows, columns=["run_id", "epoch", "step", "rank", "busy_s"])
-    if out.empty:
-        out["wait_s"] = pd.Series(dtype=float)
-        out["is_last"] = pd.Series(dtype=bool)
-        return out
-    mx = out.groupby(["run_id", "epoch", "step"], dropna=False)["busy_s"].transform("max")
-    out["wait_s"] = mx - out["busy_s"]
+    p = rank_step_parts(events, warmup=warmup)
+    out = p[["run_id", "epoch", "step", "rank", "busy_s", "wait_s"]].copy()
+    mx = out.groupby(["run_id", "epoch", "step"], dropna=False, observed=True)["busy_s"].transform("max")
     out["is_last"] = out["busy_s"] == mx
+    out = out.sort_values(["run_id", "epoch", "step", "rank"], kind="stable").reset_index(drop=True)
     for col in ("epoch", "step", "rank"):
         out[col] = out[col].astype("Int32")
     return out
