@@ -226,8 +226,11 @@ def _study_sync(ctx: _Context) -> Section:
                   "to the fewest ranks: a sync-per-epoch ratio below 1 means fewer synchronisations outpaced the "
                   "growing cost of each. Warm-up steps dropped; definitions in docs/metrics.md.")
     cost = _sync(ctx)
-    scal = M.sync_scaling(cost)
-    sec.figures.append(("sync", P.plot_sync(scal)))
+    axes = [c for c in _axes(ctx) if c in cost.columns]
+    scal = M.sync_scaling(cost, by=("config_backend", "batch_size", *axes))
+    if axes:
+        scal = scal.assign(config=scal[["config_backend", *axes]].astype(str).agg(", ".join, axis=1))
+    sec.figures.append(("sync", P.plot_sync(scal, by="config" if axes else "config_backend")))
     sec.tables.append(("sync_scaling", scal, "Repeats pooled."))
     sec.tables.append(("sync_per_run", cost, "Per run."))
     return sec

@@ -72,7 +72,8 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
         :func:`sync_times` output.
     runs
         Optional runs table; its ``n_ranks``, ``n_nodes``, ``config_backend``,
-        ``framework``, ``backend``, ``batch_size``, ``repeat`` columns are joined on.
+        ``framework``, ``backend``, ``batch_size``, ``repeat``, ``cluster``, ``partition``
+        and ``gpu_model`` columns are joined on.
 
     Returns
     -------
@@ -125,7 +126,7 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
                                       "exposed_per_epoch_s", "exposed_frac_of_total"])
     if runs is not None:
         meta = [c for c in ("run_id", "framework", "backend", "config_backend", "n_ranks", "n_nodes",
-                            "batch_size", "repeat") if c in runs.columns]
+                            "batch_size", "repeat", "cluster", "partition", "gpu_model") if c in runs.columns]
         out = runs[meta].merge(out, on="run_id", how="inner")
     return out
 
