@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -26,10 +27,17 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis.errors import ReadError, UnknownFormatError
+from analysis._io import check_file
+from analysis.errors import (
+    ReadError,
+    RecoveryWarning,
+    ScalescopeError,
+    SchemaError,
+    UnknownFormatError,
+)
 
 #: Bumped whenever any reader's output changes, so cached Parquet files are not reused.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: Files at least this large are cached as Parquet by default.
 CACHE_MIN_BYTES = 1 << 20
 
@@ -118,11 +126,9 @@ def sniff(path: str | os.PathLike[str]) -> str:
     """Name of the first registered reader whose ``sniff`` accepts ``path``."""
     _load()
     path = Path(path)
-    if not path.exists():
-        raise ReadError(path, "file not found")
-    if path.is_dir():
+    if os.path.isdir(path):
         raise ReadError(path, "is a directory; use analysis.read_many() for run directories")
-    if path.stat().st_size == 0:
+    if check_file(path).st_size == 0:  # not found, link loop, no permission, FIFO or device: ReadError
         raise ReadError(path, "file is empty (0 bytes)")
     for reader in REGISTRY.values():
         try:
@@ -145,15 +151,47 @@ def cache_dir() -> Path:
 
 
 def _cache_key(path: Path, reader: Reader, run_id: str | None) -> str:
-    st = path.stat()
-    key = "|".join(
-        map(
-            str,
-            (path.resolve(), st.st_size, st.st_mtime_ns, reader.name, reader.version,
-             CACHE_VERSION, run_id),
-        )
-    )
+    """The cache slot of (file, reader, run_id); which content it holds is checked apart."""
+    key = "|".join(map(str, (path.resolve(), reader.name, reader.version, CACHE_VERSION, run_id)))
     return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+#: Bytes of the source file's head and tail that go into its fingerprint.
+_FINGERPRINT_BYTES = 1 << 16
+
+
+def _fingerprint(path: Path) -> dict:
+    """What identifies a source file's content without reading all of it: size, mtime and
+    ctime (ns), inode and device, and a digest of its first and last 64 KiB. A rewrite with
+    the same size and a restored mtime still changes ctime (and a rename over it, the inode)."""
+    st = check_file(path)
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        h.update(fh.read(_FINGERPRINT_BYTES))
+        if st.st_size > _FINGERPRINT_BYTES:
+            fh.seek(max(_FINGERPRINT_BYTES, st.st_size - _FINGERPRINT_BYTES))
+            h.update(fh.read(_FINGERPRINT_BYTES))
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino,
+            "dev": st.st_dev, "head_tail": h.hexdigest()}
+
+
+def _entry_digest(path: Path) -> str:
+    """Digest of a whole cache entry (it is in the entry's file name)."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+_WARNING_CLASSES = {c.__name__: c for c in (RecoveryWarning, UserWarning, RuntimeWarning)}
+
+
+def _replay(recorded: list[list[str]]) -> None:
+    """Issue again the warnings the parse of a cached frame gave (so a cached re-read of a
+    damaged file says what was lost, as the first read did)."""
+    for category, message in recorded:
+        warnings.warn(message, _WARNING_CLASSES.get(category, UserWarning), stacklevel=4)
 
 
 def _restore_dtypes(df: pd.DataFrame, reader: Reader) -> pd.DataFrame:
@@ -272,39 +310,123 @@ def read(
     """
     _load()
     path = Path(path)
+    if not isinstance(format, (str, type(None))):
+        raise TypeError(f"format must be a registered reader name or None, not {type(format).__name__}")
     if format is None:
         format = sniff(path)
     elif format not in REGISTRY:
         raise UnknownFormatError(path, f"unknown format {format!r}. Known formats: {_describe_formats()}")
     reader = REGISTRY[format]
-    if not path.exists():
-        raise ReadError(path, "file not found")
-    use_cache = cache if cache is not None else path.stat().st_size >= CACHE_MIN_BYTES
+    st = check_file(path)
+    use_cache = cache if cache is not None else st.st_size >= CACHE_MIN_BYTES
     use_cache = use_cache and not options and reader.kind in ("events", "samples")
-    cached = None
-    if use_cache:
-        cached = cache_dir() / f"{_cache_key(path, reader, run_id)}.parquet"
-        if cached.exists():
-            try:
-                return _restore_dtypes(_read_cache(cached, reader), reader)
-            except Exception:  # a damaged cache entry is rebuilt, never trusted
-                cached.unlink(missing_ok=True)
-    df = _sorted(reader.read(path, run_id=run_id, **options), reader)
-    if reader.kind == "events":
-        schema.validate_events(df)
-    elif reader.kind == "samples":
-        schema.validate_samples(df)  # other kinds (nccl, topo) validate their own frames
-    if cached is not None and len(df):  # empty frames are cheap to rebuild
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            # one row group (no chunk concatenation on re-load) and LZ4, which decodes
-            # faster than the default Snappy at the same size
-            df.to_parquet(tmp, index=False, compression="lz4", row_group_size=max(len(df), 1))
-            os.replace(tmp, cached)
-        except OSError as exc:
-            warnings.warn(f"could not write the parse cache in {cached.parent}: {exc}", stacklevel=2)
+    if not use_cache:
+        return _parse(path, reader, run_id, options)
+    slot = _cache_key(path, reader, run_id)
+    ident = {"path": str(path.resolve()), "reader": reader.name, "version": reader.version,
+             "cache_version": CACHE_VERSION, "run_id": run_id, "source": _fingerprint(path)}
+    hit = _cache_lookup(slot, ident, reader)
+    if hit is not None:
+        return hit
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = _parse(path, reader, run_id, options)
+    recorded = [[w.category.__name__, str(w.message)] for w in caught]
+    for w in caught:  # the caller sees them as if nothing had been recorded
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if len(df):  # empty frames are cheap to rebuild
+        _cache_write(df, slot, {**ident, "warnings": recorded})
     return df
+
+
+def _parse(path: Path, reader: Reader, run_id: str | None, options: dict) -> pd.DataFrame:
+    """``reader.read`` in time order and validated. What a parser raises from deep inside on
+    damaged content (nesting too deep, numbers that overflow, text that is not Unicode, a
+    value of an unexpected type) becomes a :class:`ReadError` naming the file; so does a
+    frame that fails the schema."""
+    try:
+        df = _sorted(reader.read(path, run_id=run_id, **options), reader)
+        if reader.kind == "events":
+            schema.validate_events(df)
+        elif reader.kind == "samples":
+            schema.validate_samples(df)  # other kinds (nccl, topo) validate their own frames
+    except ScalescopeError as exc:
+        if isinstance(exc, SchemaError) or (isinstance(exc, ReadError) and exc.path is None):
+            raise ReadError(path, f"the {reader.name} reader made an invalid frame: {exc}") from None
+        raise
+    except RecursionError:
+        raise ReadError(path, "nesting too deep to be a trace (recursion limit reached while parsing)") from None
+    except (OverflowError, UnicodeError, AttributeError, KeyError, IndexError, MemoryError) as exc:
+        raise ReadError(path, f"damaged or unexpected content: {type(exc).__name__}: {str(exc)[:200]}") from None
+    return df
+
+
+def _cache_lookup(slot: str, ident: dict, reader: Reader) -> pd.DataFrame | None:
+    """The cached frame of this slot if an entry is whole (its digest matches its file
+    name), belongs to this file and reader, and was made from the same content; damaged or
+    foreign entries are removed with a note, stale ones silently."""
+    import pyarrow.parquet as pq
+
+    try:
+        entries = sorted(cache_dir().glob(f"{slot}.*.parquet"))
+    except OSError:
+        return None
+    for entry in entries:
+        problem = None
+        try:
+            if not entry.is_file():
+                warnings.warn(f"parse cache: {entry} is not a regular file; not used", stacklevel=3)
+                continue
+            if _entry_digest(entry) != entry.name.split(".")[1]:
+                problem = "damaged (its checksum does not match)"
+            else:
+                info = json.loads((pq.read_metadata(entry).metadata or {}).get(b"scalescope", b"{}"))
+                mine = {k: v for k, v in info.items() if k != "warnings"}
+                if {k: v for k, v in mine.items() if k != "source"} != {k: v for k, v in ident.items()
+                                                                       if k != "source"}:
+                    problem = "foreign (it was made from another file or reader)"
+                elif mine.get("source") == ident["source"]:
+                    df = _restore_dtypes(_read_cache(entry, reader), reader)
+                    _replay(info.get("warnings") or [])
+                    return df
+        except Exception as exc:  # unreadable: never trusted
+            problem = f"unreadable ({type(exc).__name__}: {exc})"
+        if problem:
+            warnings.warn(f"parse cache entry {entry} is {problem}; the file is parsed again", stacklevel=3)
+        try:
+            entry.unlink()
+        except OSError:
+            pass
+    return None
+
+
+def _cache_write(df: pd.DataFrame, slot: str, info: dict) -> None:
+    """Write the entry ``<slot>.<digest>.parquet`` atomically (temp file + rename), with the
+    identity of its source in the Parquet metadata; older entries of the slot are removed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = cache_dir()
+    tmp = base / f"{slot}.{os.getpid()}.tmp"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        meta = {**(table.schema.metadata or {}), b"scalescope": json.dumps(info).encode()}
+        # one row group (no chunk concatenation on re-load) and LZ4, which decodes faster
+        # than the default Snappy at the same size
+        pq.write_table(table.replace_schema_metadata(meta), tmp, compression="lz4", row_group_size=max(len(df), 1))
+        del table
+        final = base / f"{slot}.{_entry_digest(tmp)}.parquet"
+        os.replace(tmp, final)
+        for old in base.glob(f"{slot}.*.parquet"):
+            if old != final and old.is_file():
+                old.unlink(missing_ok=True)
+    except (OSError, ValueError, pa.ArrowException) as exc:  # full disk, text Parquet cannot hold
+        warnings.warn(f"could not write the parse cache in {base}: {exc}", stacklevel=3)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def default_run_id(path: Path) -> str:
@@ -322,8 +444,8 @@ def _expand(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) ->
     out = []
     for p in paths:
         p = Path(p)
-        if not p.exists():
-            raise ReadError(p, "file or directory not found")
+        if not os.path.isdir(p):
+            check_file(p)  # not found, link loop, permission denied, FIFO: ReadError naming it
         out.append(p)
     return out
 
@@ -352,6 +474,10 @@ def read_many(
         ``"events"`` or ``"samples"``: which table to return.
     """
     _load()
+    if kind not in ("events", "samples"):
+        raise ValueError(f"kind must be 'events' or 'samples', not {kind!r}")
+    if format is not None and format not in REGISTRY:
+        raise ValueError(f"unknown format {format!r}. Known formats: {_describe_formats()}")
     frames: list[pd.DataFrame] = []
     unknown: list[Path] = []
     for p in _expand(paths):
@@ -368,7 +494,10 @@ def read_many(
 
                     frames.append(own.read_run_dir(d, kind=kind))
                 continue
-            files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+            try:
+                files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+            except OSError as exc:
+                raise ReadError(exc.filename or p, f"cannot list the directory: {exc.strerror or exc}") from None
         else:
             files = [p]
         for f in files:

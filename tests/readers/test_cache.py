@@ -1,0 +1,123 @@
+"""The Parquet parse cache never returns a frame that differs from a fresh parse (issue 16,
+part 4): same-size rewrites with the mtime restored, byte flips in an entry, another file's
+entry in the slot and a directory in its place are all detected; a damaged file's warnings
+are given again on every cached re-read."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+
+import pandas as pd
+import pytest
+
+import analysis
+from analysis.errors import RecoveryWarning
+from analysis.readers import cache_dir
+
+FIXTURE = "scalescope/ddp_gloo_np2/rank-00000.trace.json"
+
+
+@pytest.fixture()
+def trace(data_dir, tmp_path):
+    p = tmp_path / "rank-00000.trace.json"
+    shutil.copy(data_dir / FIXTURE, p)
+    return p
+
+
+def _entries() -> list:
+    return sorted(cache_dir().glob("*.parquet"))
+
+
+def _fresh(path):
+    return analysis.read(path, cache=False)
+
+
+def _same_size_edit(path, old: bytes, new: bytes) -> None:
+    assert len(old) == len(new)
+    st = os.stat(path)
+    raw = path.read_bytes()
+    assert old in raw
+    path.write_bytes(raw.replace(old, new, 1))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # touch -r: the mtime as before
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+
+
+def test_same_size_rewrite_with_restored_mtime(trace):
+    first = analysis.read(trace, cache=True)
+    assert len(_entries()) == 1
+    _same_size_edit(trace, b'"forward"', b'"forwarX"')
+    again = analysis.read(trace, cache=True)
+    assert "forwarX" in set(again["name"].astype(str)) and "forwarX" not in set(first["name"].astype(str))
+    pd.testing.assert_frame_equal(again, _fresh(trace))
+    assert len(_entries()) == 1  # the stale entry was replaced, not kept beside
+
+
+def test_rename_over_with_same_size_and_mtime(trace, tmp_path):
+    analysis.read(trace, cache=True)
+    other = tmp_path / "other.json"
+    other.write_bytes(trace.read_bytes().replace(b'"backward"', b'"backwarX"', 1))
+    st = os.stat(trace)
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, trace)
+    got = analysis.read(trace, cache=True)
+    assert "backwarX" in set(got["name"].astype(str))
+    pd.testing.assert_frame_equal(got, _fresh(trace))
+
+
+def test_byte_flips_in_an_entry_are_never_returned(trace):
+    truth = _fresh(trace)
+    analysis.read(trace, cache=True)
+    (entry,) = _entries()
+    good = entry.read_bytes()
+    positions = sorted({int(i * (len(good) - 1) / 89) for i in range(90)})
+    for pos in positions:
+        for e in _entries():
+            e.unlink()
+        damaged = bytearray(good)
+        damaged[pos] ^= 0x10
+        entry.write_bytes(bytes(damaged))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = analysis.read(trace, cache=True)
+        pd.testing.assert_frame_equal(got, truth)
+        assert any("damaged" in str(w.message) for w in caught), pos
+    assert len(_entries()) == 1
+
+
+def test_another_files_entry_in_the_slot_is_not_used(trace, tmp_path, data_dir):
+    other = tmp_path / "rank-00001.trace.json"
+    shutil.copy(data_dir / "scalescope/ddp_gloo_np2/rank-00001.trace.json", other)
+    analysis.read(other, cache=True)
+    (other_entry,) = _entries()
+    analysis.read(trace, cache=True)
+    (mine,) = [e for e in _entries() if e != other_entry]
+    slot = mine.name.split(".")[0]
+    mine.unlink()
+    shutil.copy(other_entry, cache_dir() / f"{slot}.{other_entry.name.split('.', 1)[1]}")
+    with pytest.warns(UserWarning, match="foreign"):
+        got = analysis.read(trace, cache=True)
+    pd.testing.assert_frame_equal(got, _fresh(trace))
+
+
+def test_a_directory_at_the_entry_path(trace):
+    analysis.read(trace, cache=True)
+    (entry,) = _entries()
+    entry.unlink()
+    entry.mkdir()
+    with pytest.warns(UserWarning, match="not a regular file"):
+        got = analysis.read(trace, cache=True)
+    pd.testing.assert_frame_equal(got, _fresh(trace))
+
+
+def test_warnings_of_a_damaged_file_are_replayed_on_cached_reads(trace):
+    raw = trace.read_bytes()
+    trace.write_bytes(raw[: len(raw) * 2 // 3])  # a killed rank: no closing ']'
+    for _ in range(3):
+        with pytest.warns(RecoveryWarning, match="trace is not terminated"):
+            df = analysis.read(trace, cache=True)
+    assert len(_entries()) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pd.testing.assert_frame_equal(df, _fresh(trace))
