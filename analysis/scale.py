@@ -41,6 +41,8 @@ from analysis import schema
 
 #: Marks a frame without rows in :func:`to_ipc` (an Arrow stream starts with 0xFFFFFFFF).
 _EMPTY = b"scalescope-empty-frame\n"
+#: With ``workers=None``, a process pool is used from this many bytes of input on.
+POOL_MIN_BYTES = 64 << 20
 #: Modules every pool worker imports once, before its first task.
 _PRELOAD = ["analysis.readers", "analysis.metrics"]
 
@@ -109,6 +111,18 @@ def _task(func: Callable[[Any], pd.DataFrame], item: Any) -> tuple[bytes, list[t
     return to_ipc(out), [(w.category, str(w.message)) for w in caught]
 
 
+def _stop_profiler(dask_worker: Any) -> None:
+    """Stops a Dask worker's statistical profiler. It samples every thread's frames every
+    10 ms and keeps finished frames alive while it processes them, and with them records
+    that the Chrome-JSON readers decode in place from their read buffer (``msgspec.Raw``
+    views): the buffer then cannot be resized (``BufferError: memoryview has exported
+    buffers``), seen on 50 MB Kineto traces."""
+    for name in ("profile", "profile-cycle"):
+        callback = dask_worker.periodic_callbacks.pop(name, None)
+        if callback is not None:
+            callback.stop()
+
+
 def _progress(n: int, label: str):
     wanted = os.environ.get("SCALESCOPE_PROGRESS")
     if n < 2 or wanted == "0" or (wanted != "1" and not _isatty()):
@@ -147,6 +161,7 @@ def run_tasks(
     workers: int | None = None,
     client: Any = None,
     label: str = "tasks",
+    cost: Sequence[float] | None = None,
 ) -> list[pd.DataFrame]:
     """``[func(item) for item in items]`` on a process pool or a Dask cluster.
 
@@ -163,6 +178,9 @@ def run_tasks(
         A ``distributed.Client``: the tasks run on its workers.
     label
         Shown on the progress bar.
+    cost
+        An estimate of each task's work (e.g. its file's size): the dearest tasks start
+        first, so that a large file given last does not run alone at the end.
 
     Returns
     -------
@@ -177,13 +195,20 @@ def run_tasks(
         if n <= 1:
             return [func(item) for item in items]
     results: list[tuple[bytes, list] | None] = [None] * len(items)
+    start = list(range(len(items)))
+    if cost is not None:
+        start.sort(key=lambda i: -cost[i])  # stable: equal costs keep their order
     progress = _progress(len(items), label)
     try:
         if client is not None:
             from distributed import as_completed as dask_completed
 
-            futures = client.map(partial(_task, func), items, pure=False)
-            index = {f.key: i for i, f in enumerate(futures)}
+            client.run(_stop_profiler)  # every worker now; cheap when already stopped
+            task = partial(_task, func)
+            # earlier in ``start``: higher priority (Dask runs the highest first)
+            futures = [client.submit(task, items[i], pure=False, priority=len(start) - k)
+                       for k, i in enumerate(start)]
+            index = {f.key: i for i, f in zip(start, futures, strict=True)}
             for fut in dask_completed(futures):
                 if fut.status == "error":
                     fut.result()  # raises the task's exception
@@ -192,7 +217,7 @@ def run_tasks(
                     progress.advance(progress.task_ids[0])
         else:
             with _pool(n) as pool:
-                futures = {pool.submit(_task, func, item): i for i, item in enumerate(items)}
+                futures = {pool.submit(_task, func, items[i]): i for i in start}
                 for fut in as_completed(futures):
                     results[futures[fut]] = fut.result()
                     if progress is not None:
@@ -208,6 +233,42 @@ def run_tasks(
             warnings.warn(message, category, stacklevel=2)
         frames.append(from_ipc(buf))
     return frames
+
+
+def _call(job: tuple[Callable[[Any], pd.DataFrame], Any]) -> pd.DataFrame:
+    func, arg = job
+    return func(arg)
+
+
+def run_calls(
+    calls: Sequence[tuple[Callable[[Any], pd.DataFrame], Any]],
+    *,
+    workers: int | None = None,
+    client: Any = None,
+    label: str = "reading",
+) -> list[pd.DataFrame]:
+    """``[func(arg) for func, arg in calls]`` as :func:`run_tasks` runs one function: for
+    tasks of different kinds (a run directory here, a file there) in one pool."""
+    return run_tasks(_call, list(calls), workers=workers, client=client, label=label)
+
+
+def pool_workers(workers: int | None, *, n_tasks: int, n_bytes: int) -> int:
+    """The processes to use: ``workers`` when given; else the machine's cores for more than
+    one task over at least :data:`POOL_MIN_BYTES` (smaller loads are quicker here than
+    starting a pool), else 1."""
+    if workers is not None:
+        return workers
+    if n_tasks > 1 and n_bytes >= POOL_MIN_BYTES:
+        return default_workers()
+    return 1
+
+
+def input_bytes(path: str | os.PathLike[str]) -> int:
+    """Size of a file, or of every file below a directory."""
+    path = Path(path)
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size if path.exists() else 0
 
 
 # --------------------------------------------------------------------------------------
@@ -230,7 +291,9 @@ def read_files(
 ) -> list[pd.DataFrame]:
     """:func:`analysis.read` of every file, in parallel; frames in the order of ``paths``."""
     task = partial(_read_one, format=format, cache=cache)
-    return run_tasks(task, [Path(p) for p in paths], workers=workers, client=client, label="reading")
+    paths = [Path(p) for p in paths]
+    return run_tasks(task, paths, workers=workers, client=client, label="reading",
+                     cost=[input_bytes(p) for p in paths])
 
 
 def _reduce_one(item: tuple[Path, Callable[..., pd.DataFrame]], *, format: str | None,
@@ -279,7 +342,7 @@ def reduce_files(
         raise ValueError(f"{len(metrics)} metrics for {len(paths)} paths")
     task = partial(_reduce_one, format=format, cache=cache, options=dict(options))
     frames = run_tasks(task, list(zip(paths, metrics, strict=True)), workers=workers, client=client,
-                       label="reducing")
+                       label="reducing", cost=[input_bytes(p) for p in paths])
     return concat_tables(frames) if callable(metric) else frames
 
 
@@ -294,10 +357,6 @@ def concat_tables(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------
 # Runs of a RunSet
 
-#: A RunSet with ``workers=None`` reads on a process pool from this many bytes of run data on.
-POOL_MIN_BYTES = 64 << 20
-
-
 def is_runset(obj: object) -> bool:
     """Whether ``obj`` is an :class:`analysis.runset.RunSet` (the metrics' dispatch)."""
     from analysis.runset import RunSet
@@ -305,23 +364,15 @@ def is_runset(obj: object) -> bool:
     return isinstance(obj, RunSet)
 
 
-def _run_bytes(runset: Any) -> int:
-    total = 0
-    for path in runset.usable_runs()["path"]:
-        if path is not None and Path(path).is_dir():
-            total += sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-    return total
-
-
 def parallel(runset: Any) -> bool:
-    """Whether a RunSet's runs are read in separate tasks: on its Dask client, on a pool of
-    ``workers > 1``, or with ``workers=None`` for more than one run holding at least
-    :data:`POOL_MIN_BYTES` (smaller loads are quicker here than starting a pool)."""
+    """Whether a RunSet's runs are read in separate tasks: on its Dask client, or on a pool
+    of :func:`pool_workers` processes (more than one)."""
     if runset.client is not None:
         return True
     if runset.workers is not None:
         return runset.workers > 1
-    return len(runset.usable_runs()) > 1 and default_workers() > 1 and _run_bytes(runset) >= POOL_MIN_BYTES
+    paths = [p for p in runset.usable_runs()["path"] if p is not None]
+    return pool_workers(None, n_tasks=len(paths), n_bytes=sum(input_bytes(p) for p in paths)) > 1
 
 
 def _engine(runset: Any) -> dict[str, Any]:

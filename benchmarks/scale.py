@@ -162,7 +162,8 @@ def typed_decoder(fmt: str) -> msgspec.json.Decoder:
 
 
 def run_method(method: str, workers: int, files: dict, *, cache_dir: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), SCALESCOPE_CACHE=str(cache_dir), SCALESCOPE_PROGRESS="0")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, SCALESCOPE_CACHE=str(cache_dir), SCALESCOPE_PROGRESS="0")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(files, fh)
     try:
@@ -171,7 +172,8 @@ def run_method(method: str, workers: int, files: dict, *, cache_dir: Path) -> di
     finally:
         os.unlink(fh.name)
     if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+        errors = [line for line in proc.stderr.splitlines() if "Error" in line or "error" in line]
+        return {"error": (errors or proc.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -226,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--rank-mb", type=float, default=50.0)
     ap.add_argument("--timeline-mb", type=float, default=200.0)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--workers", type=int, nargs="+", default=[os.cpu_count() or 1],
+                    help="worker counts for the pool and Dask (each is run)")
     ap.add_argument("--methods", nargs="+", default=["serial", "pool", "dask"])
     ap.add_argument("--floor-mb", type=float, default=0.0,
                     help="also compare one worker with the typed decode floor on files of this size")
@@ -244,13 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ref = str(Path(tmp) / "serial")
-        for method in args.methods:
+        plan = [(m, 1 if m == "serial" else w) for m in args.methods
+                for w in (args.workers if m != "serial" else [1])]
+        for method, workers in plan:
             best = None
             for i in range(max(1, args.repeat)):
-                out = str(Path(tmp) / f"{method}{i}")
+                out = str(Path(tmp) / f"{method}{workers}_{i}")
                 files = {"kineto": [str(p) for p in kineto], "timeline": str(timeline) if timeline else None,
                          "out": out}
-                r = run_method(method, args.workers, files, cache_dir=Path(tmp) / "cache")
+                r = run_method(method, workers, files, cache_dir=Path(tmp) / "cache")
                 if "error" in r:
                     print(f"#   {method}: {r['error']}", flush=True)
                     best = r
@@ -258,12 +263,12 @@ def main(argv: list[str] | None = None) -> int:
                 if method == "serial" and i == 0:
                     ref = out
                 r["check"] = _identical(out, ref) if method != "serial" else "reference"
-                print(f"#   {method} (workers={args.workers}): {r}", flush=True)
+                print(f"#   {method} (workers={workers}): {r}", flush=True)
                 if best is None or r["s"] < best["s"]:
                     best = {**r, "worst_s": max(r["s"], (best or r).get("worst_s", r["s"]))}
                 else:
                     best["worst_s"] = max(best["worst_s"], r["s"])
-            rows.append((method, best))
+            rows.append((method, workers, best))
         floor_rows = []
         if args.floor_mb:
             for fmt in ("kineto", "horovod"):
@@ -277,17 +282,17 @@ def main(argv: list[str] | None = None) -> int:
                 floor_rows.append((fmt, path.stat().st_size, res))
     print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
-    serial = dict(rows).get("serial", {}).get("s")
+    serial = next((r.get("s") for m, _, r in rows if m == "serial"), None)
     print("| method | workers | time (s) | MB/s | vs serial | notebook peak RSS (MiB) | start-up (s) | tables |")
     print("|---|---|---|---|---|---|---|---|")
-    for method, r in rows:
+    for method, workers, r in rows:
         if "error" in r:
-            print(f"| {method} | {args.workers} | error: {r['error'][:70]} | | | | | |")
+            print(f"| {method} | {workers} | error: {r['error'][:70]} | | | | | |")
             continue
         spread = f" ({r['worst_s']:.1f})" if r.get("worst_s", r["s"]) > r["s"] * 1.005 else ""
         speed = f"{serial / r['s']:.2f}x" if serial else ""
         start = f"{r['startup_s']:.1f}" if "startup_s" in r else ""
-        print(f"| {method} | {1 if method == 'serial' else args.workers} | {r['s']:.1f}{spread} | "
+        print(f"| {method} | {workers} | {r['s']:.1f}{spread} | "
               f"{total / 1e6 / r['s']:.0f} | {speed} | {r['peak_mib']:.0f} | {start} | {r['check']} |")
     if floor_rows:
         print()
