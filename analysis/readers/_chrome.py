@@ -59,6 +59,16 @@ _SEP = re.compile(rb"\}\s*,\s*(?=\{)")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 # float64 holds every multiple of 1 ns exactly-enough below 2**43 us (~101 days); see us_to_ns.
 EXACT_LIMIT_US = float(2**43)
+#: A ts or dur at or beyond this many µs (about 146 years) does not fit int64 ns: the record
+#: is dropped with a note, never converted to a wrapped or clipped number.
+RANGE_LIMIT_US = float(2**62) / 1000.0
+
+
+def in_range(us: np.ndarray) -> np.ndarray:
+    """Mask of the µs values that convert to int64 ns (finite and below the limit); NaN
+    (absent) counts as in range."""
+    with np.errstate(invalid="ignore"):
+        return np.isnan(us) | (np.abs(us) < RANGE_LIMIT_US)
 
 
 @dataclass
@@ -758,7 +768,17 @@ def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
     """
     ts = np.array([e.ts for e in keep], dtype=np.float64)
     dur = np.array([e.dur for e in keep], dtype=np.float64)
+    far = ~in_range(ts) | ~in_range(dur)
+    if far.any():
+        damage.notes.append(f"{int(far.sum())} event(s) with a ts or dur beyond ±2**62 ns (about 146 years) "
+                            "were dropped")
+        ts[far] = np.nan
     ts_ok = ~np.isnan(ts)
+    dur = np.where(ts_ok, dur, 0.0)
+    no_dur = np.isnan(dur) & np.array([e.ph == "X" for e in keep], dtype=bool)
+    if no_dur.any():
+        damage.notes.append(f"{int(no_dur.sum())} complete event(s) (ph X) without a dur (absent or null) were "
+                            "kept with dur 0")
     ts_ns, bad_ts = us_to_ns(np.where(ts_ok, ts, 0.0))
     dur_ns, bad_dur = us_to_ns(np.where(np.isnan(dur), 0.0, dur))
     if (bad_ts.any() or bad_dur.any() or _needs_text(keep, ts, "ts")
@@ -775,7 +795,8 @@ def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
                 "timestamps beyond float64 ns precision (>= 2**43 µs) could not be "
                 "re-read exactly in a damaged chunk and were rounded")
     if not ts_ok.all():
-        damage.notes.append(f"{int((~ts_ok).sum())} event(s) without a ts were dropped")
+        if int((~ts_ok).sum()) > int(far.sum()):
+            damage.notes.append(f"{int((~ts_ok).sum() - far.sum())} event(s) without a ts were dropped")
         keep = [e for e, ok in zip(keep, ts_ok, strict=True) if ok]
         ts_ns, dur_ns = ts_ns[ts_ok], dur_ns[ts_ok]
     return keep, ts_ns, dur_ns

@@ -339,6 +339,10 @@ class _Stream:
         self.bad_ph_names.update(odd)
         names = self.names.encode([e.name for e in recs])
         ts = np.array([e.ts for e in recs], dtype=np.float64)
+        far = ~_chrome.in_range(ts)
+        if far.any():  # a B at 1e300 would otherwise become a span from the origin
+            self.count["far_ts"] += int(far.sum())
+            ts[far] = np.nan
         has_ts = ~np.isnan(ts)
         ts_ns, inexact = _chrome.us_to_ns(np.where(has_ts, ts, 0.0))
         del ts
@@ -379,7 +383,7 @@ class _Stream:
             self.count["bad_ph"] += int((~known).sum())
             self.bad_ph_names.update(chr(c) for c in np.unique(ph[~known]).tolist()
                                      if c != _chrome.PH_ODD)
-        self.count["missing_ts"] += int((known & (ph != _PH_M) & ~has_ts).sum())
+        self.count["missing_ts"] += int((known & (ph != _PH_M) & ~has_ts & ~far).sum())
 
     def _match(self, is_b: np.ndarray, new: dict, be: np.ndarray, ts_ns: np.ndarray,
                payload: tuple[np.ndarray, np.ndarray]) -> tuple[dict, dict, dict]:
@@ -570,6 +574,7 @@ _NOTES = (
     ("neg_dur", "{} span(s) ended before they began; their duration was set to 0"),
     ("bad_ph", "{} record(s) of unsupported phase(s) {names} were skipped"),
     ("missing_ts", "{} record(s) without a ts were dropped"),
+    ("far_ts", "{} record(s) with a ts beyond ±2**62 ns (about 146 years) were dropped"),
 )
 
 

@@ -53,6 +53,8 @@ __all__ = [
 
 #: Newest trace format version this reader understands (run.json: :mod:`analysis.rundir`).
 TRACE_VERSION = 1
+#: |ns| at or beyond this does not fit int64 once the clock offset is added.
+_NS_LIMIT = 2**62
 
 _GPU_HEADER = ("ts_ns,host,device,util_gpu_pct,util_mem_pct,mem_used_mib,mem_total_mib,"
                "power_w,temp_c,sm_clock_mhz")
@@ -103,6 +105,13 @@ def _load_records(path: Path) -> tuple[list, int, bool]:
     Returns ``(records, bytes_dropped, closed)``.
     """
     raw = read_bytes(path)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:  # a damaged byte in a name: the record is kept, the byte replaced
+        before = raw.count("\ufffd".encode())
+        raw = raw.decode("utf-8", errors="replace").encode("utf-8")
+        warnings.warn(f"{path}: {raw.count(chr(0xFFFD).encode()) - before} byte sequence(s) were not valid "
+                      "UTF-8 and were replaced with U+FFFD", RecoveryWarning, stacklevel=4)
     body = raw.rstrip()
     if not body.lstrip().startswith(b"["):
         raise ReadError(path, "not a scalescope trace: it does not start with a JSON array '['")
@@ -136,12 +145,34 @@ def _load_records(path: Path) -> tuple[list, int, bool]:
     raise ReadError(path, "not valid JSON and no complete record could be recovered")
 
 
+def _text(value: object) -> tuple[str, bool]:
+    """``str(value)`` with lone surrogates (``"\\ud800"`` in the JSON) replaced by U+FFFD, no
+    frame can hold them (Arrow strings are UTF-8); and whether one was replaced."""
+    s = str(value)
+    try:
+        s.encode("utf-8")
+        return s, False
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in s), True
+
+
+def _int(value: object, bits: int, notes: dict[str, int]) -> int | None:
+    """An integer field (tid, step, epoch, bytes) as written, or None (counted in ``notes``)
+    when it is not an integer of that many bits."""
+    if value is None or (type(value) is int and -(2**bits) <= value < 2**bits):
+        return value
+    what = "an id, step, epoch or bytes that is not an integer in range (left empty)"
+    notes[what] = notes.get(what, 0) + 1
+    return None
+
+
 def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, int]]:
     """The event columns of a trace's records (one value per X or instant record), and
     how many records of other types were skipped, by type."""
     cols: dict[str, list] = {k: [] for k in (
         "tid", "name", "kind", "cat", "start_ns", "dur_ns", "step", "epoch", "bytes", "tensor")}
     skipped: dict[str, int] = {}
+    notes: dict[str, int] = {}
     for r in recs:
         if not isinstance(r, dict):
             skipped["non-object"] = skipped.get("non-object", 0) + 1
@@ -152,8 +183,17 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
         if ph not in ("X", "i", "I"):
             skipped[str(ph)] = skipped.get(str(ph), 0) + 1
             continue
-        args = r.get("args") or {}
+        args = r.get("args")
+        if not isinstance(args, dict):
+            if args is not None:
+                notes["args that are not an object (ignored)"] = notes.get(
+                    "args that are not an object (ignored)", 0) + 1
+            args = {}
         rcat = r.get("cat")
+        start = _us_to_ns(r.get("ts"), path, "ts")
+        if abs(start) >= _NS_LIMIT:
+            notes["a ts beyond ±2**62 ns (dropped)"] = notes.get("a ts beyond ±2**62 ns (dropped)", 0) + 1
+            continue
         if ph == "X":
             if rcat == "phase":
                 kind, cat = "phase", "phase"
@@ -161,20 +201,37 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
                 kind, cat = "comm", ("hvd_hook" if args.get("hook") == "horovod" else "ddp_hook")
             else:
                 kind, cat = "range", rcat
-            dur = _us_to_ns(r.get("dur", 0), path, "dur")
+            if r.get("dur") is None:
+                notes["no dur (kept with dur 0)"] = notes.get("no dur (kept with dur 0)", 0) + 1
+                dur = 0
+            else:
+                dur = _us_to_ns(r["dur"], path, "dur")
+            if dur < 0:
+                notes["a negative dur (set to 0)"] = notes.get("a negative dur (set to 0)", 0) + 1
+            elif dur >= _NS_LIMIT:
+                notes["a dur beyond 2**62 ns (dropped)"] = notes.get("a dur beyond 2**62 ns (dropped)", 0) + 1
+                continue
         else:
             kind, cat, dur = "marker", rcat, 0
-        cols["tid"].append(r.get("tid"))
-        cols["name"].append(str(r.get("name")))
+        cols["tid"].append(_int(r.get("tid"), 63, notes))
+        name, bad_name = _text(r.get("name"))
+        cat, bad_cat = (None, False) if cat is None else _text(cat)
+        if bad_name or bad_cat:
+            what = "text that is not Unicode (a lone surrogate escape, replaced with U+FFFD)"
+            notes[what] = notes.get(what, 0) + 1
+        cols["name"].append(name)
         cols["kind"].append(kind)
         cols["cat"].append(cat)
-        cols["start_ns"].append(_us_to_ns(r.get("ts"), path, "ts"))
+        cols["start_ns"].append(start)
         cols["dur_ns"].append(max(dur, 0))
-        cols["step"].append(args.get("step"))
-        cols["epoch"].append(args.get("epoch"))
-        cols["bytes"].append(args.get("bytes"))
+        cols["step"].append(_int(args.get("step"), 31, notes))
+        cols["epoch"].append(_int(args.get("epoch"), 31, notes))
+        cols["bytes"].append(_int(args.get("bytes"), 63, notes))
         bucket = args.get("bucket")
         cols["tensor"].append(None if bucket is None or kind != "comm" else f"bucket{bucket}")
+    if notes:
+        warnings.warn(f"{path}: " + "; ".join(f"{n} event(s) with {what}" for what, n in notes.items()),
+                      RecoveryWarning, stacklevel=4)
     return cols, skipped
 
 
@@ -212,10 +269,10 @@ def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
     df = schema.make_events(
         n,
         run_id=run_id or default_run_id(path),
-        rank=int(clock.get("rank", 0)),
-        local_rank=clock.get("local_rank"),
-        host=clock.get("host"),
-        pid=clock.get("os_pid"),
+        rank=_clock_int(clock, "rank", path, default=0),
+        local_rank=_clock_int(clock, "local_rank", path),
+        host=None if clock.get("host") is None else _text(clock["host"])[0],
+        pid=clock["os_pid"] if type(clock.get("os_pid")) is int and 0 <= clock["os_pid"] < 2**62 else None,
         source="scalescope_trace",
         **{k: (pd.array(v, dtype="object") if k in ("step", "epoch", "bytes", "tid") else v)
            for k, v in cols.items()},
@@ -225,6 +282,13 @@ def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
         df = df.iloc[order].reset_index(drop=True)
     info = {"clock": clock, "end": end, "closed": closed, "bytes_dropped": dropped}
     return df, info
+
+
+def _clock_int(clock: dict, key: str, path: Path, *, default: int | None = None) -> int | None:
+    v = clock.get(key, default)
+    if v is not None and not (type(v) is int and 0 <= v < 2**31):
+        raise ReadError(path, f"scalescope_clock {key} is {v!r}, not a rank number")
+    return v
 
 
 def read_trace(path: str | os.PathLike[str], *, run_id: str | None = None) -> pd.DataFrame:
@@ -255,7 +319,12 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
     """
     path = Path(path)
     raw = read_bytes(path)
-    text = raw.decode("utf-8", errors="strict") if raw else ""
+    try:
+        text = raw.decode("utf-8", errors="strict") if raw else ""
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ReadError(path, f"not UTF-8 text: byte {exc.start} (line {line}) is {raw[exc.start:exc.start + 1]!r}; "
+                              "the samples file is damaged") from None
     header, _, rest = text.partition("\n")
     header = header.strip()
     if header not in (_GPU_HEADER, _CPU_HEADER):

@@ -46,10 +46,13 @@ SEEDS: dict[str, tuple[list[str], list[str]]] = {
     "nvprof_sqlite": (["nvprof/*.nvprof"], []),
     "nvml": (["nvml/smi_units.csv", "nvml/degree_header.csv"], ["nvml_smi/*.csv"]),
     "nccl": (["nccl/*.log"], []),
+    "horovod": (["horovod/tiny_timeline.json", "horovod/unterminated_v019.json"], ["horovod_timeline/*.json"]),
+    "kineto": (["kineto/*.json", "kineto/*.json.gz"], ["kineto/*.json.gz"]),
+    "scalescope_trace": (["scalescope/**/rank-00000.trace.json"], []),
+    "scalescope_samples": (["scalescope/**/samples-*.csv"], []),
     "nvsmi_topo": (["topo/*.txt"], []),
 }
-#: Readers whose every input is held to the rule here. The JSON readers (horovod, kineto,
-#: scalescope_trace) and scalescope_samples join once their hardening lands.
+#: Every built-in reader of events or samples (and the NCCL-log and topology readers).
 READERS = tuple(SEEDS)
 MAX_CORPUS_BYTES = 256 * 1024
 #: CI runs a fixed, modest set of examples; ``SCALESCOPE_FUZZ_EXAMPLES=2000
