@@ -81,6 +81,7 @@ class Damage:
     bad_records: int = 0
     repaired_records: int = 0
     replaced_utf8: int = 0
+    not_events: int = 0
     notes: list[str] = field(default_factory=list)
 
     def message(self, path: Path) -> str | None:
@@ -103,6 +104,9 @@ class Damage:
             )
         if self.bad_records:
             parts.append(f"{self.bad_records} record(s) could not be parsed and were dropped")
+        if self.not_events:
+            parts.append(f"{self.not_events} value(s) in the event array are valid JSON but not event objects "
+                         "and were dropped")
         if self.replaced_utf8:
             parts.append(
                 f"{self.replaced_utf8} byte sequence(s) were not valid UTF-8 and were "
@@ -377,9 +381,12 @@ class ChunkDecoder:
                 continue
             rec_bytes = body[starts[i] : ends[i]]
             fixed = self.repair(rec_bytes) if self.repair is not None else None
+            values = _plain_values(rec_bytes) if fixed is None else None
             if fixed is not None:
                 out.append(fixed)
                 self.damage.repaired_records += 1
+            elif values is not None:  # e.g. [1, 2]: whole JSON, only not records
+                self.damage.not_events += values
             elif i == n - 1:
                 # the last piece: an incomplete record (the file is cut here) or garbage
                 if not final:
@@ -392,6 +399,16 @@ class ChunkDecoder:
                 self.damage.bad_records += 1
             i += 1
         return out, consumed
+
+
+def _plain_values(piece: bytes) -> int | None:
+    """How many JSON values ``piece`` (comma-separated, no brackets) holds when it is valid
+    JSON and holds no object; None otherwise."""
+    try:
+        values = msgspec.json.decode(b"[" + piece + b"]")
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    return None if any(isinstance(v, dict) for v in values) else len(values)
 
 
 @dataclass
@@ -584,6 +601,10 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
     lead = _skip_ws(rest, 0)
     if lead < end and rest[lead] == 0x5D:
         cands.insert(0, lead)
+    if not cands:  # an array of values that are not records, e.g. [1, 2]: closed all the same
+        close = rest.find(b"]", 0, end)
+        if close > 0 and b"{" not in rest[:close] and _plain_values(rest[:close]) is not None:
+            cands.append(close)
     for p in reversed(cands[-64:]):
         body = rest[:p]
         trailer = rest[p + 1 : end]

@@ -89,6 +89,15 @@ def test_scalescope_damaged_records(src, tmp_path, data_dir):
         assert len(analysis.read(p)) == len(good) - 1
 
 
+@pytest.mark.parametrize("text", ['{"traceEvents":[1,2]}', "[1,2]"])
+def test_an_array_of_non_records_is_not_called_unterminated(tmp_path, text):
+    p = _write(tmp_path, "t.json", text)
+    with pytest.warns(RecoveryWarning) as caught:
+        assert analysis.read(p, "kineto").empty
+    messages = " ".join(str(w.message) for w in caught)
+    assert "2 record(s)" in messages and "not terminated" not in messages
+
+
 def test_samples_with_a_byte_that_is_not_utf8(data_dir, tmp_path):
     raw = (data_dir / "scalescope/ddp_gloo_np2/samples-vm.csv").read_bytes().replace(b",vm,", b",v\xffm,", 1)
     p = _write(tmp_path, "samples-vm.csv", raw)
