@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis._io import check_file
+from analysis._io import check_file, open_binary
 from analysis.errors import (
     ReadError,
     RecoveryWarning,
@@ -130,6 +130,8 @@ def sniff(path: str | os.PathLike[str]) -> str:
         raise ReadError(path, "is a directory; use analysis.read_many() for run directories")
     if check_file(path).st_size == 0:  # not found, link loop, no permission, FIFO or device: ReadError
         raise ReadError(path, "file is empty (0 bytes)")
+    with open_binary(path):  # unreadable: "permission denied", not "not a format scalescope knows"
+        pass
     for reader in REGISTRY.values():
         try:
             if reader.sniff(path):
