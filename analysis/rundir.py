@@ -156,7 +156,9 @@ def _empty_epochs() -> pd.DataFrame:
 
 
 def _epoch_rows(f: Path) -> list[dict]:
-    lines = read_bytes(f).split(b"\n") if f.stat().st_size else []
+    if not f.stat().st_size:  # a rank that never finished an epoch, or a file that lost its data
+        raise ReadError(f, "file is empty (0 bytes): no epoch metrics")
+    lines = read_bytes(f).split(b"\n")
     rows = []
     for i, line in enumerate(lines):
         if not line.strip():
@@ -212,7 +214,8 @@ def read_epochs(run_dir: str | os.PathLike[str], *, run_id: str | None = None,
         else the directory name.
     damage
         When given, a file that cannot be read is left out and ``{"part", "path",
-        "reason"}`` is appended here; otherwise its :class:`ReadError` is raised.
+        "reason"}`` is appended here; otherwise its :class:`ReadError` is raised (an empty
+        file, a rank that has not finished an epoch yet, only warns).
 
     Returns
     -------
@@ -239,6 +242,9 @@ def read_epochs(run_dir: str | os.PathLike[str], *, run_id: str | None = None,
             if rows:
                 frames.append(_typed_epochs(rows, run_id, str(f)))
         except (ReadError, OSError) as exc:
+            if damage is None and isinstance(exc, ReadError) and "file is empty" in exc.problem:
+                warnings.warn(str(exc), RecoveryWarning, stacklevel=2)
+                continue
             if damage is None:
                 if isinstance(exc, OSError):
                     raise ReadError(f, f"cannot read: {exc.strerror or exc}") from None
