@@ -248,8 +248,11 @@ def run_calls(
     label: str = "reading",
 ) -> list[pd.DataFrame]:
     """``[func(arg) for func, arg in calls]`` as :func:`run_tasks` runs one function: for
-    tasks of different kinds (a run directory here, a file there) in one pool."""
-    return run_tasks(_call, list(calls), workers=workers, client=client, label=label)
+    tasks of different kinds (a run directory here, a file there) in one pool. Paths among
+    the arguments start in the order of their size (largest first)."""
+    calls = list(calls)
+    cost = [input_bytes(arg) if isinstance(arg, (str, os.PathLike)) else 0 for _, arg in calls]
+    return run_tasks(_call, calls, workers=workers, client=client, label=label, cost=cost)
 
 
 def pool_workers(workers: int | None, *, n_tasks: int, n_bytes: int) -> int:
