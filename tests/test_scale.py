@@ -235,3 +235,20 @@ def test_corpus_reads_and_reduces_identically_on_the_pool_and_on_dask(corpus_dir
     parts = scale.reduce_files(timelines, [horovod_allreduce] * len(timelines), client=client)
     for tl, part in zip(timelines, parts, strict=True):
         pd.testing.assert_frame_equal(part, horovod_allreduce(analysis.read(tl)))
+
+
+def test_read_many_with_workers_equals_serial(files, data_dir, repo_root, tmp_path):
+    stray = tmp_path / "notes.txt"
+    stray.write_text("not a trace\n")
+    inputs = [*files, data_dir / "scalescope" / "ddp_gloo_np2", stray, repo_root / "data" / "sample_sweep"]
+    for kind in ("events", "samples"):
+        with warnings.catch_warnings(record=True) as w1:
+            warnings.simplefilter("always")
+            one = analysis.read_many(inputs, kind=kind, workers=1)
+        with warnings.catch_warnings(record=True) as w2:
+            warnings.simplefilter("always")
+            two = analysis.read_many(inputs, kind=kind, workers=2)
+        pd.testing.assert_frame_equal(two, one)
+        assert [(w.category, str(w.message)) for w in w2] == [(w.category, str(w.message)) for w in w1]
+        assert any("notes.txt" in str(w.message) for w in w1)  # the unknown file, said once, last
+        assert one["run_id"].nunique() > 28
