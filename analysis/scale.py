@@ -127,9 +127,11 @@ def _progress(n: int, label: str):
     wanted = os.environ.get("SCALESCOPE_PROGRESS")
     if n < 2 or wanted == "0" or (wanted != "1" and not _isatty()):
         return None
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    progress = Progress(label, BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+    progress = Progress(label, BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
+                        console=Console(stderr=True, force_terminal=True if wanted == "1" else None))
     progress.start()
     progress.add_task(label, total=n)
     return progress

@@ -252,3 +252,11 @@ def test_read_many_with_workers_equals_serial(files, data_dir, repo_root, tmp_pa
         assert [(w.category, str(w.message)) for w in w2] == [(w.category, str(w.message)) for w in w1]
         assert any("notes.txt" in str(w.message) for w in w1)  # the unknown file, said once, last
         assert one["run_id"].nunique() > 28
+
+
+def test_a_progress_bar_changes_nothing(files, monkeypatch, capsys):
+    monkeypatch.setenv("SCALESCOPE_PROGRESS", "1")
+    frames, _ = _read_serial(files[:3])
+    for a, b in zip(frames, scale.read_files(files[:3], workers=2), strict=True):
+        pd.testing.assert_frame_equal(b, a)
+    assert "reading" in capsys.readouterr().err  # the bar was drawn (on stderr)
