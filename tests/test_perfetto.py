@@ -203,12 +203,15 @@ def test_rank_trace_matches_our_reader(perfetto, files, rank):
     assert res["slices"] == phases["X"] == len(df)
     assert res["instants"] == 0 and res["open_slices"] == 0 and res["counters"] == 0
     assert (df["dur_ns"] > 0).all()
-    # One process named by the process_name record, one thread named by thread_name.
+    # One process named by the process_name record; one track per thread_name record: the
+    # training thread ("main") and Horovod's in-flight allreduce track (tid 999999).
     meta = {r["name"]: r for r in records if r["ph"] == "M"}
-    assert res["processes"] == 1 and res["threads"] == 1
+    threads = {r["tid"]: r["args"]["name"] for r in records if r["ph"] == "M" and r["name"] == "thread_name"}
+    assert sorted(threads.values()) == ["horovod allreduce in flight", "main"]
+    assert res["processes"] == 1 and res["threads"] == len(threads)
     assert {(r["pid"], r["process"], r["tid"], r["thread"]) for r in res["rows"]} == {
-        (meta["process_name"]["pid"], meta["process_name"]["args"]["name"],
-         meta["thread_name"]["tid"], meta["thread_name"]["args"]["name"])}
+        (meta["process_name"]["pid"], meta["process_name"]["args"]["name"], tid, name)
+        for tid, name in threads.items()}
     assert abs(res["first_ts"] - int(df["start_ns"].min())) <= TS_TOLERANCE_NS
     assert abs(res["last_end"] - int((df["start_ns"] + df["dur_ns"]).max())) <= TS_TOLERANCE_NS
     _assert_same_slices(res["rows"], df)
