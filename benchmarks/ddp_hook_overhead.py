@@ -3,13 +3,13 @@
 
 The thesis workload's model in ``DistributedDataParallel`` (one process, Gloo, world size 1:
 DDP still buckets the gradients, calls the comm hook for each bucket and waits for the
-futures at the end of backward), batch 75, CPU. Two DDP replicas of the same model train
-side by side in one process, their steps alternating (ABBA): one with
-``instrumentation.ddp_comm_hook`` (records each bucket's allreduce and DDP's wait as a
-``sync`` phase, queueing an autograd callback), one with PyTorch's
-``default_hooks.allreduce_hook`` registered directly: the hook scalescope's wraps, so the
-difference is the recording alone. Both loops record the same phases (``ssi.phase``) so
-only the hook differs. The overhead is the median of the per-pair step differences
+futures at the end of backward), batch 75, CPU. ONE model trains; its registered comm hook
+dispatches each step either to scalescope's recording hook (``ddp_comm_hook``'s: records each
+bucket's allreduce and DDP's wait as a ``sync`` phase, queueing an autograd callback) or to
+PyTorch's ``default_hooks.allreduce_hook``, the hook scalescope's wraps, so the difference is
+the recording alone. Steps alternate (ABBA) and every step records the same phases
+(``ssi.phase``), so only the hook path differs. (Two DDP replicas side by side, one per
+hook, differed by up to 100 µs a step whichever hook they had, from memory placement.) The overhead is the median of the per-pair step differences
 (recording minus default) with a bootstrap 95 % interval, in µs and in % of the median
 default step; ``--bucket-mb`` sets DDP's ``bucket_cap_mb`` to get several buckets.
 
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import instrumentation as ssi
+    from instrumentation import auto
 
     ss = _workload_module()
     torch.set_num_threads(args.threads)
@@ -58,30 +59,27 @@ def run(args: argparse.Namespace) -> dict:
         dist.init_process_group("gloo", init_method=f"file://{tmp / 'store'}", rank=0, world_size=1)
         try:
             torch.manual_seed(0)
-            base = ss.build_model()
-            models = {}
-            for recording in (True, False):
-                m = DDP(ss.build_model(), bucket_cap_mb=args.bucket_mb)
-                m.module.load_state_dict(base.state_dict())
-                if recording:
-                    ssi.ddp_comm_hook(m)
-                else:
-                    m.register_comm_hook(state=None, hook=allreduce_hook)
-                models[recording] = (m, torch.optim.Adam(m.parameters(), lr=4.7331e-4))
+            model = DDP(ss.build_model(), bucket_cap_mb=args.bucket_mb)
+            opt = torch.optim.Adam(model.parameters(), lr=4.7331e-4)
+            recording = [False]
+
+            def hook(state, bucket):  # one model, one registered hook: the step picks the path
+                return (auto._recording_allreduce_hook if recording[0] else allreduce_hook)(state, bucket)
+
+            model.register_comm_hook(state=None, hook=hook)
             ssi.init(run_dir=tmp / "run", framework="ddp", config={"benchmark": "ddp hook", "batch_size": 75})
             gen = torch.Generator().manual_seed(1)
             x = torch.rand(args.pool, 3, ss.N_POINTS, generator=gen)
             y = torch.rand(args.pool, 2, generator=gen)
             loss_fn = torch.nn.MSELoss()
 
-            def step(recording: bool, i: int) -> int:
-                m, opt = models[recording]
+            def step(i: int) -> int:
                 j = (i * 75) % (args.pool - 75)
                 xb, yb = x[j:j + 75], y[j:j + 75]
                 t0 = time.perf_counter_ns()
                 with ssi.phase("forward"):
                     opt.zero_grad()
-                    loss = loss_fn(m(xb), yb)
+                    loss = loss_fn(model(xb), yb)
                 with ssi.phase("backward"):
                     loss.backward()
                 with ssi.phase("optimizer"):
@@ -94,8 +92,8 @@ def run(args: argparse.Namespace) -> dict:
             diffs: list[int] = []
             pair: dict[bool, int] = {}
             for k in range(args.warmup + args.steps * 2):
-                rec = pattern[k % 4]
-                dt = step(rec, k // 2)
+                rec = recording[0] = pattern[k % 4]
+                dt = step(k)
                 if k < args.warmup:
                     continue
                 times[rec].append(dt)
@@ -103,11 +101,8 @@ def run(args: argparse.Namespace) -> dict:
                 if len(pair) == 2:
                     diffs.append(pair[True] - pair[False])
                     pair = {}
-            n_buckets = len(models[True][0].reducer._get_zeros_like_grad_buckets()) \
-                if hasattr(models[True][0].reducer, "_get_zeros_like_grad_buckets") else None
             ssi.finish()
-            trace = (tmp / "run").glob("rank-*.trace.json")
-            text = "".join(p.read_text() for p in trace)
+            text = "".join(p.read_text() for p in (tmp / "run").glob("rank-*.trace.json"))
             n_sync = text.count('"name":"sync"')
             n_comm = text.count('"cat":"comm"')
         finally:
@@ -117,7 +112,7 @@ def run(args: argparse.Namespace) -> dict:
     base = statistics.median(times[False])
     med = statistics.median(diffs)
     return {
-        "pairs": len(diffs), "bucket_mb": args.bucket_mb, "buckets": n_buckets,
+        "pairs": len(diffs), "bucket_mb": args.bucket_mb,
         "sync_phases": n_sync, "comm_records": n_comm,
         "default_step_ms": base / 1e6, "recording_step_ms": statistics.median(times[True]) / 1e6,
         "pair_median_us": med / 1e3, "pair_median_ci95_us": [meds[49] / 1e3, meds[1949] / 1e3],
@@ -136,13 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SCALESCOPE_NVTX", "off")
     r = run(args)
     print(f"machine: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}")
-    print("| bucket_cap_mb | sync phases | comm records | default step (ms) | recording step (ms) "
+    print("| bucket_cap_mb | pairs | sync phases | comm records | default step (ms) | recording step (ms) "
           "| added per step (µs, median, 95 % CI) | added (% of step, 95 % CI) |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     lo, hi = r["pair_median_ci95_us"]
     plo, phi = r["pair_median_ci95_pct"]
-    print(f"| {r['bucket_mb']:g} | {r['sync_phases']} | {r['comm_records']} | {r['default_step_ms']:.3f} "
-          f"| {r['recording_step_ms']:.3f} | {r['pair_median_us']:+.1f} ({lo:+.1f} to {hi:+.1f}) "
+    print(f"| {r['bucket_mb']:g} | {r['pairs']} | {r['sync_phases']} | {r['comm_records']} "
+          f"| {r['default_step_ms']:.3f} | {r['recording_step_ms']:.3f} "
+          f"| {r['pair_median_us']:+.1f} ({lo:+.1f} to {hi:+.1f}) "
           f"| {r['pair_median_pct']:+.2f} % ({plo:+.2f} to {phi:+.2f}) |")
     return 0
 

@@ -19,9 +19,13 @@
 * :func:`ddp_comm_hook`: registers a comm hook that calls PyTorch's default
   ``allreduce_hook`` unchanged and records
 
-  - each bucket's allreduce, from launch to the completion callback of its future, as
+  - each bucket's allreduce, from launch to the first time its completion is seen, as
     ``cat: "comm"``, ``name: "allreduce"`` with ``args: {"bucket", "bytes", "step",
-    "epoch", "last"}`` (in flight: ``sync_total``). Each bucket gets its own trace track
+    "epoch", "last"}`` (in flight: ``sync_total``). No Python runs on the communication
+    threads: completion is observed when a later bucket's hook runs (``future.done()``)
+    or, for the buckets still in flight then, when the final callback below has waited
+    for them, so the end is exact for the buckets the step waits for and an upper bound
+    (by the gap between two bucket launches) for the others. Each bucket gets its own trace track
     (``tid`` = 1,000,000 + bucket index, named ``allreduce bucket i``), because allreduces
     overlap the backward phase and one another and Chrome-trace tracks must nest;
   - DDP's wait for its buckets as a ``sync`` phase (``args: {"source": "ddp_hook"}``): from
@@ -259,13 +263,47 @@ _named_buckets: set[int] = set()
 
 
 class _DdpWait:
-    """DDP's wait for its buckets in the current backward pass (one per process)."""
+    """The bucket allreduces in flight in the current backward pass, and DDP's wait for them
+    (one per process).
 
-    futures: ClassVar[list] = []
+    No Python runs on the communication threads: a bucket's completion is observed from the
+    training side, when a later bucket's hook runs (``fut.done()``) or, for the buckets still
+    in flight then, when the final callback has waited for them. A completion is stamped at
+    the first observation after it (a bucket found complete when the final callback starts
+    is stamped then): an upper bound, exact for the buckets the step waits for.
+    """
+
+    pending: ClassVar[list] = []  # [future, t0, tid, step, epoch, args] per bucket
+    n_buckets = 0
     t_ready = 0
     step: int | None = None
     epoch: int | None = None
     pushed_on: int | None = None
+
+    @classmethod
+    def launched(cls, entry: list, now: int) -> None:
+        """A bucket's hook ran: note it, and stamp earlier buckets that have completed."""
+        cls.stamp(now)
+        cls.pending.append(entry)
+        cls.n_buckets += 1
+
+    @classmethod
+    def stamp(cls, now: int, *, wait: bool = False) -> None:
+        keep = []
+        for entry in cls.pending:
+            fut = entry[0]
+            if not fut.done():
+                if not wait:
+                    keep.append(entry)
+                    continue
+                try:
+                    fut.wait()
+                except Exception:
+                    pass  # DDP's own wait raises the allreduce's error; ours must not
+                now = _ph.now()
+            _ph.record("comm", "allreduce", entry[1], now, step=entry[3], epoch=entry[4], tid=entry[2],
+                       args=entry[5])
+        cls.pending = keep
 
     @classmethod
     def last_bucket_ready(cls, t_ready: int) -> None:
@@ -287,18 +325,14 @@ class _DdpWait:
         """Autograd final callback: wait for every bucket (as DDP does), record ``sync``."""
         import threading
 
-        futures, cls.futures = cls.futures, []
-        for f in futures:
-            try:
-                f.wait()
-            except Exception:
-                pass  # DDP's own wait raises the allreduce's error; ours must not
+        cls.stamp(_ph.now(), wait=True)
         t1 = _ph.now()
         if cls.pushed_on is not None and cls.pushed_on == threading.get_native_id():
             _ph.nvtx_pop()
         cls.pushed_on = None
+        n, cls.n_buckets = cls.n_buckets, 0
         _ph.record("phase", "sync", cls.t_ready, t1, step=cls.step, epoch=cls.epoch,
-                   args={"source": "ddp_hook", "buckets": len(futures)})
+                   args={"source": "ddp_hook", "buckets": n})
 
 
 def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
@@ -313,33 +347,18 @@ def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     try:
         idx = int(bucket.index())
         buf = bucket.buffer()
-        nbytes = int(buf.numel() * buf.element_size())
         last = bool(bucket.is_last())
-        extra = {"bucket": idx, "bytes": nbytes, "last": last}
-        step, epoch = _ph.current_step(), _ph.current_epoch()
         tid = COMM_TID_BASE + idx
         if idx not in _named_buckets:
             _named_buckets.add(idx)
             _ph.name_track(tid, f"allreduce bucket {idx}")
-    except Exception as exc:
-        warn_once("ddp-hook", f"DDP comm hook bookkeeping failed: {exc!r}")
-        return fut
-
-    def done(f: Any) -> Any:
-        try:
-            _ph.record("comm", "allreduce", t0, _ph.now(), step=step, epoch=epoch, tid=tid, args=extra)
-        except Exception:
-            pass
-        return f.value()  # unchanged result (and unchanged error, if the allreduce failed)
-
-    out = fut.then(done)
-    try:
-        _DdpWait.futures.append(out)
+        args = {"bucket": idx, "bytes": int(buf.numel() * buf.element_size()), "last": last}
+        _DdpWait.launched([fut, t0, tid, _ph.current_step(), _ph.current_epoch(), args], t0)
         if last:
             _DdpWait.last_bucket_ready(t0)
     except Exception as exc:
-        warn_once("ddp-hook-wait", f"DDP sync-wait recording failed: {exc!r}")
-    return out
+        warn_once("ddp-hook", f"DDP comm hook bookkeeping failed: {exc!r}")
+    return fut
 
 
 def ddp_comm_hook(ddp_model: Any, process_group: Any = None) -> bool:
