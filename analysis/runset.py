@@ -599,6 +599,17 @@ class RunSet:
             self._damage.append(rec)
             warnings.warn(_damage_message(rec), RecoveryWarning, stacklevel=4)
 
+    def damage_records(self) -> list[dict]:
+        """The damage found so far, as records (what a worker hands back to its parent)."""
+        return [dict(d) for d in self._damage]
+
+    def adopt_damage(self, records: list[dict]) -> None:
+        """Add damage found by a task that read some of these runs elsewhere (a process of
+        the pool, a Dask worker); its warning was raised there and again here already."""
+        for rec in records:
+            if rec not in self._damage:
+                self._damage.append(dict(rec))
+
     @property
     def damaged(self) -> pd.DataFrame:
         """The damaged or missing parts of these runs (:data:`DAMAGE_COLUMNS`), one row each.

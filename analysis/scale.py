@@ -96,8 +96,14 @@ def from_ipc(buf: bytes) -> pd.DataFrame:
 # Running tasks
 
 
-def _task(func: Callable[[Any], pd.DataFrame], item: Any) -> tuple[bytes, list[tuple[type, str]]]:
-    """``func(item)`` in a worker: the frame as Arrow IPC and the warnings it raised."""
+class WithExtra(tuple):
+    """A task's frame with a small picklable value beside it (``WithExtra((frame, extra))``):
+    :func:`run_tasks` returns the frame and hands the value to its ``extras`` list."""
+
+
+def _task(func: Callable[[Any], pd.DataFrame], item: Any) -> tuple[bytes, list[tuple[type, str]], Any]:
+    """``func(item)`` in a worker: the frame as Arrow IPC, the warnings it raised, and the
+    extra value of a :class:`WithExtra` result (None otherwise)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -108,7 +114,8 @@ def _task(func: Callable[[Any], pd.DataFrame], item: Any) -> tuple[bytes, list[t
             except Exception:  # it could not travel back: its type and message do
                 raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
             raise
-    return to_ipc(out), [(w.category, str(w.message)) for w in caught]
+    out, extra = out if isinstance(out, WithExtra) else (out, None)
+    return to_ipc(out), [(w.category, str(w.message)) for w in caught], extra
 
 
 def _stop_profiler(dask_worker: Any) -> None:
@@ -164,6 +171,7 @@ def run_tasks(
     client: Any = None,
     label: str = "tasks",
     cost: Sequence[float] | None = None,
+    extras: list | None = None,
 ) -> list[pd.DataFrame]:
     """``[func(item) for item in items]`` on a process pool or a Dask cluster.
 
@@ -183,6 +191,9 @@ def run_tasks(
     cost
         An estimate of each task's work (e.g. its file's size): the dearest tasks start
         first, so that a large file given last does not run alone at the end.
+    extras
+        A list that receives, in the order of ``items``, the extra value of each task that
+        returned a :class:`WithExtra` (None for the others).
 
     Returns
     -------
@@ -195,7 +206,10 @@ def run_tasks(
     if client is None:
         n = min(workers or default_workers(), len(items))
         if n <= 1:
-            return [func(item) for item in items]
+            here = [func(item) for item in items]
+            if extras is not None:
+                extras.extend(out[1] if isinstance(out, WithExtra) else None for out in here)
+            return [out[0] if isinstance(out, WithExtra) else out for out in here]
     results: list[tuple[bytes, list] | None] = [None] * len(items)
     start = list(range(len(items)))
     if cost is not None:
@@ -229,8 +243,10 @@ def run_tasks(
             progress.stop()
     frames = []
     for i in range(len(items)):
-        buf, caught = results[i]
+        buf, caught, extra = results[i]
         results[i] = None  # each buffer is freed once its frame is built
+        if extras is not None:
+            extras.append(extra)
         for category, message in caught:
             warnings.warn(message, category, stacklevel=2)
         frames.append(from_ipc(buf))
@@ -391,15 +407,25 @@ def _by_id(runs: list[Any]) -> list[Any]:
     return sorted(runs, key=lambda one: str(one.runs["run_id"].iloc[0]))
 
 
-def _run_data(one: Any, *, which: str) -> pd.DataFrame:
-    return getattr(one, which)
+def _run_data(one: Any, *, which: str) -> WithExtra:
+    """A one-run RunSet's table, with the damage found reading it (for the parent RunSet)."""
+    table = getattr(one, which)
+    return WithExtra((table, one.damage_records()))
 
 
 def _reduce_run(one: Any, *, metric: Callable[..., pd.DataFrame], which: str,
-                rank_devices: bool, options: dict) -> pd.DataFrame:
+                rank_devices: bool, options: dict) -> WithExtra:
     if rank_devices:
         options = {**options, "rank_devices": one.rank_devices}
-    return metric(getattr(one, which), **options)
+    out = metric(getattr(one, which), **options)
+    return WithExtra((out, one.damage_records()))
+
+
+def _adopt_damage(runset: Any, extras: list) -> None:
+    """Damage the runs' tasks found goes into the RunSet's ``damaged`` table (their
+    warnings were raised again already)."""
+    for records in extras:
+        runset.adopt_damage(records or [])
 
 
 def load_table(runset: Any, which: str) -> pd.DataFrame:
@@ -407,8 +433,10 @@ def load_table(runset: Any, which: str) -> pd.DataFrame:
     or its process pool); the same frame as reading the runs one after the other."""
     if which not in ("events", "samples"):
         raise ValueError(f"which must be 'events' or 'samples', not {which!r}")
+    extras: list = []
     frames = run_tasks(partial(_run_data, which=which), runset.split(), label="reading runs",
-                       **_engine(runset))
+                       extras=extras, **_engine(runset))
+    _adopt_damage(runset, extras)
     if not frames:
         return schema.empty_events() if which == "events" else schema.empty_samples()
     return schema.concat(frames)
@@ -446,7 +474,9 @@ def per_run(
         empty = schema.empty_samples() if which == "samples" else schema.empty_events()
         return metric(empty, **options)
     task = partial(_reduce_run, metric=metric, which=which, rank_devices=rank_devices, options=dict(options))
-    parts = run_tasks(task, runs, label=getattr(metric, "__name__", "runs"), **_engine(runset))
+    extras: list = []
+    parts = run_tasks(task, runs, label=getattr(metric, "__name__", "runs"), extras=extras, **_engine(runset))
+    _adopt_damage(runset, extras)
     return (combine or concat_tables)(parts)
 
 
