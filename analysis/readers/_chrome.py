@@ -329,11 +329,10 @@ class ChunkDecoder:
                 # records may hold views of the buffer (msgspec.Raw): drop them before
                 # the views are released, so that the buffer can be resized again
                 del recs
-                body.release()
+                _release(body)
         else:
             del recs
-        win.release()
-        mv.release()
+        _release(win, mv)
         return ok
 
     def chunk(self, body: bytes, *, final: bool) -> tuple[list, int]:
@@ -530,6 +529,17 @@ def _find_events(path: Path, text: _Text, pos: int) -> tuple[bytes, int]:
     return header, p + 1
 
 
+def _release(*views: memoryview) -> None:
+    """Release memoryviews of the read buffer. One that something else still holds (a
+    profiler keeping a frame of the decode alive, as Dask's does) stays until collected; the
+    buffer then cannot be resized, and :func:`_decode_chunks` goes on with a copy."""
+    for v in views:
+        try:
+            v.release()
+        except BufferError:
+            pass
+
+
 def _decode_chunks(text: _Text, pos: int, decoder: ChunkDecoder,
                    on_chunk: Callable[[list, bytes], None], block_bytes: int) -> int:
     """Decode the records from ``pos`` on, chunk by chunk, up to the end of the text; returns
@@ -566,7 +576,10 @@ def _decode_chunks(text: _Text, pos: int, decoder: ChunkDecoder,
                 nxt += 1
         # keep the byte before the next record (the "[" slot of the next in-place decode);
         # deleting a bytearray's prefix is cheap (no copy of the rest)
-        del buf[: nxt - 1]
+        try:
+            del buf[: nxt - 1]
+        except BufferError:  # a view of it is still alive (see _release): go on with a copy
+            text.buf = buf = bytearray(buf[nxt - 1 :])
         pos = 1
 
 
