@@ -30,15 +30,6 @@ def end_ns(df: pd.DataFrame) -> np.ndarray:
     return (df["start_ns"].to_numpy(np.int64) + df["dur_ns"].to_numpy(np.int64))
 
 
-def group_keys(df: pd.DataFrame, cols: Iterable[str]) -> list[tuple]:
-    """Distinct key tuples of ``cols`` in sorted order, missing values kept."""
-    cols = list(cols)
-    if df.empty:
-        return []
-    keys = df[cols].astype(object).drop_duplicates()
-    return sorted((tuple(r) for r in keys.itertuples(index=False)), key=lambda t: tuple(map(str, t)))
-
-
 def spread(values: pd.Series | np.ndarray, prefix: str) -> dict[str, float]:
     """Median, min, max, standard deviation (ddof 1; NaN for one value) and count."""
     v = np.asarray(values, dtype=float)

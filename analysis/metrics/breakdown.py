@@ -14,7 +14,7 @@ import pandas as pd
 from analysis import scale
 from analysis.errors import ScalescopeError
 from analysis.metrics import _intervals as iv
-from analysis.metrics._common import NS_PER_S, end_ns, group_keys, plain, require_columns
+from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
 from analysis.readers.horovod import dedupe_fused
 
 #: Step components in priority order: an instant covered by several phases counts for the
@@ -188,8 +188,7 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
         return scale.per_run(events, step_times)
     ph = _phases(events)
     frames = []
-    for run_id, rank in group_keys(ph, ("run_id", "rank")):
-        one = ph[(ph["run_id"] == run_id) & _eq(ph["rank"], rank)]
+    for (run_id, rank), one in ph.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
         w = _windows_one(one)
         if w.empty:
             continue
@@ -491,8 +490,7 @@ def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward
                    name=plain(hv["name"]))
     hv = _drop_warmup(hv, warmup_end_ns(events, warmup=warmup), rank=backward_rank)
     rows = []
-    for (run_id,) in group_keys(hv, ("run_id",)):
-        one = hv[hv["run_id"] == run_id]
+    for run_id, one in hv.groupby("run_id", sort=True):
         act = one[one["cat"] == "activity"]
         dedup = dedupe_fused(act)
         neg = one[one["kind"] == "negotiate"]
@@ -555,10 +553,10 @@ def ddp_comm_overlap(events: pd.DataFrame, *, comm_cats: Sequence[str] = ("ddp_h
     comm = _drop_warmup(comm.assign(run_id=plain(comm["run_id"])), warmup_end_ns(events, warmup=warmup))
     ph = _phases(events)
     rows = []
-    for run_id, rank in group_keys(comm, ("run_id", "rank")):
-        c = comm[(comm["run_id"] == run_id) & _eq(comm["rank"], rank)]
+    phases_of = _by_rank(ph)
+    for (run_id, rank), c in comm.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
         cu = iv.union(c["start_ns"].to_numpy(np.int64), end_ns(c))
-        one = ph[(ph["run_id"] == run_id) & _eq(ph["rank"], rank)]
+        one = phases_of.get((run_id, rank), ph.iloc[0:0])
         owned = _exclusive_sets(one, c)
         # compute only: a sync wait nested in backward (DDP's) is not compute
         bu = owned["backward"]
@@ -656,13 +654,11 @@ def gpu_time_breakdown(events: pd.DataFrame, *, drop_last_profiler_step: bool = 
     if drop_last_profiler_step:
         require_columns(events, ("name", "correlation"), "gpu_time_breakdown")
         host = events[events["device"].isna() & events["stream"].isna()]
-        host = host.assign(run_id=plain(host["run_id"]))
+        host_of = _by_rank(host.assign(run_id=plain(host["run_id"])))
     rows = []
-    for run_id, rank in group_keys(gpu, ("run_id", "rank")):
-        g = gpu[(gpu["run_id"] == run_id) & _eq(gpu["rank"], rank)]
+    for (run_id, rank), g in gpu.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
         if drop_last_profiler_step:
-            g = _launched_before_last_profiler_step(
-                g, host[(host["run_id"] == run_id) & _eq(host["rank"], rank)])
+            g = _launched_before_last_profiler_step(g, host_of.get((run_id, rank), host.iloc[0:0]))
             if g.empty:
                 continue
         sets = {k: iv.union(g.loc[g["kind"].isin(v), "start_ns"].to_numpy(np.int64),
