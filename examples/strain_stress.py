@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", action="append", default=[], metavar="PHASE:MS[@RANKS]",
                    help="sleep MS milliseconds inside PHASE (data, forward, backward, optimizer) every "
                         "training step on the listed ranks (comma-separated; default all): a known "
-                        "cause to check scalescope's analysis against (repeatable; recorded in run.json)")
+                        "cause to check scalescope's analysis against (repeatable; recorded in run.json; "
+                        "'none' injects nothing)")
     return p
 
 
@@ -240,9 +241,13 @@ INJECT_PHASES = ("data", "forward", "backward", "optimizer")
 
 
 def parse_inject(specs: list[str]) -> list[tuple[str, float, tuple[int, ...] | None]]:
-    """``["data:40@1"]`` -> ``[("data", 0.040, (1,))]``; raises ``ValueError`` with the bad spec."""
+    """``["data:40@1"]`` -> ``[("data", 0.040, (1,))]``; raises ``ValueError`` with the bad spec.
+    ``none`` injects nothing (so ``scalescope sweep --vary inject=none,data:40@1`` interleaves
+    clean and injected runs)."""
     out = []
     for spec in specs:
+        if spec == "none":
+            continue
         head, _, ranks = spec.partition("@")
         name, sep, ms = head.partition(":")
         try:
@@ -550,7 +555,7 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
             "train_size": len(train_idx), "val_size": len(val_idx), "n_params": n_params,
             "model": "strain_stress_cnn1d", "data_on_device": args.data_on_device,
             "num_workers": args.num_workers, "seed": args.seed, "device": str(device),
-            "inject": ";".join(args.inject), "inject_here": inject,
+            "inject": ";".join(x for x in args.inject if x != "none"), "inject_here": inject,
         })
         if args.backend == "ddp":
             ssi.ddp_comm_hook(train_model)
