@@ -71,19 +71,20 @@ def test_collective_counts_match_the_hook_per_step(ddp_run, rank):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_gloo_execution_follows_launch_and_outlasts_completion(ddp_run, rank):
-    """Hook record = launch to completion callback of the bucket's future; gloo annotation =
-    the collective's run on a gloo worker thread. Pairing the k-th earliest of each per step:
-    the k-th execution starts after the k-th launch, and the k-th completion comes after the
-    k-th execution started (physical order; clocks: both are this host's wall clock, within
-    ``tol_ns``). The annotation usually also outlasts the completion callback (8 µs to 8 ms
-    on the idle VM), but the future's callbacks may run after the annotation closes, later
-    still when the machine is loaded (-55 µs seen under a parallel test suite), so that is
-    asserted for most pairs, not all."""
+def test_gloo_execution_follows_launch_and_precedes_recorded_completion(ddp_run, rank):
+    """Hook record = launch to the first time the training side sees the bucket's future
+    complete (a later bucket's hook, or the end-of-backward callback's wait: an upper bound of
+    the completion, no Python on the gloo threads); gloo annotation = the collective's run on
+    a gloo worker thread. Pairing the k-th earliest of each per step: the k-th execution
+    starts after the k-th launch, and the k-th recorded completion after the k-th execution
+    started (physical order; clocks: both are this host's wall clock, within ``tol_ns``).
+    The recorded completion usually also comes after the annotation closed, but the future
+    can complete (and a waiting callback see it) while gloo is still closing its
+    annotation, so that is asserted for most pairs, not all (17 of 18 on the idle VM)."""
     k = _kineto(ddp_run, rank)
     own = _own(ddp_run, rank)
     tol_ns = 50_000
-    outlasts, pairs = 0, 0
+    after, pairs = 0, 0
     for step in PROFILED:
         hook = own[(own["cat"] == "ddp_hook") & (own["step"] == step)]
         gloo = k[(k["name"].astype(str) == "gloo:all_reduce") & (k["step"] == step)]
@@ -93,11 +94,11 @@ def test_gloo_execution_follows_launch_and_outlasts_completion(ddp_run, rank):
         run_end = np.sort((gloo["start_ns"] + gloo["dur_ns"]).to_numpy(np.int64))
         assert (run_start >= launch - tol_ns).all(), (step, (run_start - launch) / 1e3)
         assert (done >= run_start - tol_ns).all(), (step, (done - run_start) / 1e3)
-        outlasts += int((run_end >= done - tol_ns).sum())
+        after += int((done >= run_end - tol_ns).sum())
         pairs += len(done)
         # and the comm time both give is of the same size: Kineto's execution union is
         # within the hook's launch-to-completion union plus the callback tails
         h = iv.union(hook["start_ns"], hook["start_ns"] + hook["dur_ns"])
         g = iv.union(gloo["start_ns"], gloo["start_ns"] + gloo["dur_ns"])
         assert iv.length(iv.intersect(g, h)) >= 0.5 * iv.length(g)
-    assert pairs >= 2 * len(PROFILED) and outlasts >= 0.75 * pairs, (outlasts, pairs)
+    assert pairs >= 2 * len(PROFILED) and after >= 0.75 * pairs, (after, pairs)
