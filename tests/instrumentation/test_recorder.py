@@ -73,7 +73,8 @@ def test_flusher_thread_writes_within_a_second(tmp_path):
     try:
         rec.add(("phase", "data", MONO, MONO + 10, 1, 0, 0, None))
         deadline = time.monotonic() + 5
-        while '"data"' not in path.read_text() and time.monotonic() < deadline:
+        # the flusher writes the records, then drops them from the buffer: wait for both
+        while ('"data"' not in path.read_text() or rec.buffer) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert '"data"' in path.read_text()
         assert rec.buffer == []
