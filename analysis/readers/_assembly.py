@@ -256,15 +256,24 @@ class Categories:
 
     def __init__(self, **props: tuple[Callable[[Any], Any], Any, Any]) -> None:
         self.index: dict[Any, int] = {}
+        # the codes of values already seen, None included: a chunk whose values are all
+        # known (nearly every chunk of a file) is encoded by dict lookups alone
+        self._known: dict[Any, int] = {None: -1}
         self._props = props
         self.props = {k: np.array([fill], dtype=dtype) for k, (_, dtype, fill) in props.items()}
 
     def encode(self, values: list) -> np.ndarray:
-        """int32 codes of ``values`` (-1 for None) in the growing category list."""
+        """int32 codes of ``values`` (-1 for None and other missing values such as NaN) in
+        the growing category list."""
+        try:
+            return np.fromiter(map(self._known.__getitem__, values), np.int32, count=len(values))
+        except (KeyError, TypeError):  # a value not seen before (or unhashable): factorize
+            pass
         codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
         n = len(self.index)
         remap = np.array([self.index.setdefault(u, len(self.index)) for u in uniques] + [-1],
                          dtype=np.int32)
+        self._known.update(zip(uniques, remap[:-1].tolist(), strict=True))
         if self._props and len(self.index) > n:
             new = list(self.index)[n:]
             for k, (fn, dtype, _) in self._props.items():

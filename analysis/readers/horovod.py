@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 
@@ -104,7 +105,6 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _LIST_DECODER = msgspec.json.Decoder(list[_Event])
-_get_args = attrgetter("args")
 _get_dtype = attrgetter("dtype")
 _get_shape = attrgetter("shape")
 
@@ -338,7 +338,7 @@ class _Stream:
         ph, odd = _chrome.phase_codes(recs)
         self.bad_ph_names.update(odd)
         names = self.names.encode([e.name for e in recs])
-        ts = np.array([e.ts for e in recs], dtype=np.float64)
+        ts = np.fromiter([e.ts for e in recs], np.float64, count=len(recs))
         far = ~_chrome.in_range(ts)
         if far.any():  # a B at 1e300 would otherwise become a span from the origin
             self.count["far_ts"] += int(far.sum())
@@ -347,7 +347,7 @@ class _Stream:
         ts_ns, inexact = _chrome.us_to_ns(np.where(has_ts, ts, 0.0))
         del ts
         self.count["inexact"] += int(inexact.sum())
-        pid = np.array([e.pid for e in recs], dtype=np.int64)
+        pid = np.fromiter([e.pid for e in recs], np.int64, count=len(recs))
         if pid.size and pid.max() >= 2**31:
             self.count["big_pid"] += 1
             pid[pid >= 2**31] = -1
@@ -457,10 +457,10 @@ class _Stream:
         Returns the chunk positions (sorted) and byte counts of the records whose dtype and
         shape give a payload.
         """
-        args = list(map(_get_args, recs))
+        args = [e.args for e in recs]
         if args.count(None) == len(args):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        idx = np.array([i for i, a in enumerate(args) if a is not None], dtype=np.int64)
+        idx = np.fromiter(compress(range(len(args)), args), np.int64)  # the records with args
         is_m = ph[idx] == _PH_M
         for i in idx[is_m].tolist():
             e = recs[i]
