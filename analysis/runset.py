@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -545,27 +546,40 @@ class RunSet:
         """Runs whose status is not ``ok`` (failed, oom, timeout, killed, running...)."""
         return self._runs[self._runs["status"] != OK_STATUS].reset_index(drop=True)
 
-    def _load(self, which: str) -> pd.DataFrame:
-        frames = []
-        # runs without a usable run.json (recorded when scanned) have no events, samples or GPU mapping
+    def _runs_to_read(self, which: str) -> list[Any]:
+        """The usable runs whose ``which`` table is read (rows of the runs table): those
+        with a run directory, and for all but the epochs a usable ``run.json`` (a run
+        without one, recorded when scanned, has no events, samples or GPU mapping)."""
         no_manifest = {d["run_id"] for d in self._damage if d["part"] in ("run.json", "run directory")}
-        for row in self.usable_runs().itertuples(index=False):
-            if row.path is None or not Path(row.path).is_dir():
-                continue
+        return [row for row in self.usable_runs().itertuples(index=False)
+                if row.path is not None and Path(row.path).is_dir()
+                and (which == "epochs" or row.run_id not in no_manifest)]
+
+    def _read_noting_damage(self, row: Any, which: str, read: Callable[[Any], pd.DataFrame]) -> pd.DataFrame | None:
+        """``read(row)``, or None when it raises: the damage is recorded (and warned) as
+        ``which`` of that run; one damaged run never takes the others down."""
+        try:
+            return read(row)
+        except Exception as exc:
+            reason = getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}"
+            path = getattr(exc, "path", None) or row.path
+            self._note_damage(row.run_id, [{"part": which, "path": path, "reason": reason}],
+                              f"{which} of run {row.run_id}", stacklevel=5)
+            return None
+
+    def _load(self, which: str, read: Callable[[Any], pd.DataFrame] | None = None) -> pd.DataFrame:
+        """The ``which`` table of the usable runs, each run read by ``read(row)`` (default:
+        from its directory, here; :func:`analysis.scale.load_table` gives the runs it read
+        part by part on its workers), in the runs table's order."""
+        frames = []
+        for row in self._runs_to_read(which):
             if which == "epochs":
                 found: list[dict] = []
                 frames.append(read_epochs(row.path, run_id=row.run_id, damage=found))
                 self._note_damage(row.run_id, found, "the epochs in this file")
                 continue
-            if row.run_id in no_manifest:
-                continue
-            try:
-                df = self._read_run(row.path, which, row.run_id)
-            except Exception as exc:  # one damaged run never takes the others down
-                reason = getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}"
-                path = getattr(exc, "path", None) or row.path
-                self._note_damage(row.run_id, [{"part": which, "path": path, "reason": reason}],
-                                  f"{which} of run {row.run_id}")
+            df = self._read_noting_damage(row, which, read or partial(self._read_row, which=which))
+            if df is None:
                 continue
             if which == "rank_devices":
                 frames.append(df)
@@ -583,6 +597,9 @@ class RunSet:
             return schema.empty_events() if which == "events" else schema.empty_samples()
         return schema.concat(frames)
 
+    def _read_row(self, row: Any, *, which: str) -> pd.DataFrame:
+        return self._read_run(row.path, which, row.run_id)
+
     @staticmethod
     def _read_run(path: str, which: str, run_id: str) -> pd.DataFrame:
         if which == "rank_devices":
@@ -591,13 +608,13 @@ class RunSet:
 
         return read_run_dir(path, kind=which)
 
-    def _note_damage(self, run_id: str, found: list[dict], excluded: str) -> None:
+    def _note_damage(self, run_id: str, found: list[dict], excluded: str, *, stacklevel: int = 4) -> None:
         for d in found:
             rec = {"run_id": run_id, **d, "excluded": excluded}
             if rec in self._damage:  # a subset loading a table again
                 continue
             self._damage.append(rec)
-            warnings.warn(_damage_message(rec), RecoveryWarning, stacklevel=4)
+            warnings.warn(_damage_message(rec), RecoveryWarning, stacklevel=stacklevel)
 
     def damage_records(self) -> list[dict]:
         """The damage found so far, as records (what a worker hands back to its parent)."""

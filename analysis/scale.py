@@ -35,6 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis import schema
@@ -429,16 +430,23 @@ def _adopt_damage(runset: Any, extras: list) -> None:
 
 
 def load_table(runset: Any, which: str) -> pd.DataFrame:
-    """A RunSet's ``events`` or ``samples``, each run read in its own task (on its client,
-    or its process pool); the same frame as reading the runs one after the other."""
+    """A RunSet's ``events`` or ``samples`` read on its client or its process pool; the
+    same frame, warnings and damage as reading the runs one after the other.
+
+    The events are read one rank file at a time (each rank's trace, and the Horovod
+    timeline: :func:`analysis.readers.scalescope.read_run_part`), so one run of many ranks
+    keeps every worker busy; the runs are joined here in the runs table's order. The
+    samples (one file per node) are read run by run."""
     if which not in ("events", "samples"):
         raise ValueError(f"which must be 'events' or 'samples', not {which!r}")
+    if which == "events":
+        return _load_events(runset)
     extras: list = []
     frames = run_tasks(partial(_run_data, which=which), runset.split(), label="reading runs",
                        extras=extras, **_engine(runset))
     _adopt_damage(runset, extras)
     if not frames:
-        return schema.empty_events() if which == "events" else schema.empty_samples()
+        return schema.empty_samples()
     return schema.concat(frames)
 
 
@@ -451,16 +459,26 @@ def per_run(
     combine: Callable[[list[pd.DataFrame]], pd.DataFrame] | None = None,
     **options: object,
 ) -> pd.DataFrame:
-    """``metric`` of a RunSet's events (or ``which`` table), one run at a time.
+    """``metric`` of a RunSet's events (or ``which`` table), one run, or one rank, at a time.
 
     When the table is in memory (given to the RunSet, loaded, or cut by
-    :meth:`~analysis.runset.RunSet.select`) the metric runs on it here. Otherwise each
-    usable run is read and reduced in its own task, on the RunSet's Dask client or process
-    pool (one after the other here with ``workers=1`` or a small experiment), so the notebook
-    holds at most one run's table at a time (none with a pool or a cluster), and only the
-    per-run results travel back. They are concatenated in ``run_id`` order (or merged by
-    ``combine``): what the metric gives on all runs at once when its groups are runs and
-    ranks.
+    :meth:`~analysis.runset.RunSet.select`) the metric runs on it here. Otherwise the data
+    is read and reduced on the workers, on the RunSet's Dask client or process pool (one
+    task after the other here with ``workers=1`` or a small experiment), so the notebook
+    never holds more than one run's table (none with a pool or a cluster), and only the
+    results travel back:
+
+    * the per-rank metrics (:func:`~analysis.metrics.step_times`,
+      :func:`~analysis.metrics.time_breakdown` at level ``step`` or ``rank``,
+      :func:`~analysis.metrics.sync_times`, :func:`~analysis.metrics.gpu_time_breakdown`),
+      whose groups are a run and a rank, reduce each rank file in its own task (the
+      Horovod timeline goes with the rank that uses it); the tables come back in
+      (``run_id``, ``rank``) order;
+    * the others reduce each run in one task; the tables come back in ``run_id`` order
+      (or are merged by ``combine``).
+
+    Either way this is what the metric gives on all runs at once. Warnings and damage are
+    those of reading the runs one by one, in ``run_id`` order.
 
     ``rank_devices=True`` passes the RunSet's ``rank_devices`` table as that keyword.
     """
@@ -469,6 +487,9 @@ def per_run(
         if rank_devices:
             options = {**options, "rank_devices": runset.rank_devices}
         return metric(table, **options)
+    by_rank, timeline_rank = _rank_unit(metric, options)
+    if which == "events" and by_rank and not rank_devices and combine is None:
+        return _per_rank(runset, metric, timeline_rank, dict(options))
     runs = _by_id(runset.split())
     if not runs:
         empty = schema.empty_samples() if which == "samples" else schema.empty_events()
@@ -478,6 +499,259 @@ def per_run(
     parts = run_tasks(task, runs, label=getattr(metric, "__name__", "runs"), extras=extras, **_engine(runset))
     _adopt_damage(runset, extras)
     return (combine or concat_tables)(parts)
+
+
+# --------------------------------------------------------------------------------------
+# Rank files of a RunSet's runs: one task each
+
+#: Sentinel of :func:`_rank_unit`: the metric does not use the Horovod timeline.
+_NO_TIMELINE = None
+
+
+def _rank_unit(metric: Callable[..., pd.DataFrame], options: dict) -> tuple[bool, int | None]:
+    """Whether ``metric(events, **options)`` is per (run, rank): its groups are a run and a
+    rank, so its tables of single ranks, in (run_id, rank) order, are its table of all
+    events. And the rank whose rows also need the run's Horovod timeline (None: none).
+
+    ``time_breakdown(level="run")`` adds the ranks of a run up (per run); metrics not listed
+    here are reduced run by run."""
+    import inspect
+
+    from analysis.metrics import breakdown, sync
+
+    if metric is breakdown.step_times or metric is breakdown.gpu_time_breakdown:
+        return True, _NO_TIMELINE
+    if metric is breakdown.time_breakdown or metric is sync.sync_times:
+        if metric is breakdown.time_breakdown and options.get("level", "rank") == "run":
+            return False, _NO_TIMELINE
+        default = inspect.signature(breakdown.time_breakdown).parameters["timeline_rank"].default
+        return True, options.get("timeline_rank", default) if metric is breakdown.time_breakdown else default
+    return False, _NO_TIMELINE
+
+
+class _PartError(Exception):
+    """The exception a part's task met, as its run's damage records it (``problem``, ``path``)."""
+
+    def __init__(self, problem: str, path: Any):
+        super().__init__(problem)
+        self.problem, self.path = problem, path
+
+
+def _caught(func: Callable[[], Any]) -> tuple[Any, list[tuple[type, str]], tuple[str, Any] | None]:
+    """``func()``, the warnings it raised, and the problem and path of its exception (then
+    the result is None): serial reading notes any exception as the run's damage."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out, error = func(), None
+        except Exception as exc:
+            out = None
+            error = (getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}", getattr(exc, "path", None))
+    return out, [(w.category, str(w.message)) for w in caught], error
+
+
+def _again(caught: list[tuple[type, str]], error: tuple[str, Any] | None = None) -> None:
+    """A part's warnings raised here, then its exception."""
+    for category, message in caught:
+        warnings.warn(message, category, stacklevel=4)
+    if error is not None:
+        raise _PartError(*error)
+
+
+def _read_part(item: tuple[Any, str]) -> WithExtra:
+    """One part of a run directory (a rank trace or the timeline) with its warnings, rank
+    and problem (:func:`_replay_run` raises them in serial reading's order)."""
+    from analysis.readers.scalescope import read_run_part
+
+    parts, name = item
+    out, caught, error = _caught(partial(read_run_part, parts, name))
+    frames, rank = out if out is not None else ([], None)
+    frame = frames[0] if len(frames) == 1 else schema.concat(frames) if frames else schema.empty_events()
+    return WithExtra((frame, {"rank": rank, "read": (caught, error), "n": len(frames), "timeline": None}))
+
+
+def _reduce_part(item: tuple[Any, str, str, bool], *, metric: Callable[..., pd.DataFrame],
+                 options: dict) -> WithExtra:
+    """``metric`` of one rank trace's rows (with the run's Horovod timeline when
+    ``with_timeline``), as they are in the run's events; or, for the timeline alone, its
+    warnings and problem only (no table)."""
+    from analysis.readers.scalescope import TIMELINE, join_run_frames, read_run_part
+
+    parts, name, run_id, with_timeline = item
+    out, caught, error = _caught(partial(read_run_part, parts, name))
+    extra = {"rank": None, "read": (caught, error), "timeline": None, "metric": [], "invalid": False, "n": 0}
+    if error is not None or name == TIMELINE:
+        return WithExtra((pd.DataFrame(), extra))
+    frames, extra["rank"] = out
+    if with_timeline:
+        tl, tl_caught, tl_error = _caught(partial(read_run_part, parts, TIMELINE))
+        extra["timeline"] = (tl_caught, tl_error)
+        if tl_error is not None:
+            return WithExtra((pd.DataFrame(), extra))
+        frames = [*frames, *tl[0]]
+    try:
+        events = join_run_frames(frames)
+    except Exception:  # the whole run's check names the problem: it is read as one (_per_rank)
+        extra["invalid"] = True
+        return WithExtra((pd.DataFrame(), extra))
+    if len(events):
+        events["run_id"] = schema._as_category(np.full(len(events), run_id, dtype=object), len(events))
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        table = metric(events, **options)
+    extra["metric"], extra["n"] = [(w.category, str(w.message)) for w in got], 1
+    return WithExtra((table, extra))
+
+
+def _replay_run(parts: Any, results: list[tuple[pd.DataFrame, dict]]) -> list[tuple[pd.DataFrame, dict]]:
+    """The parts of one run (its traces in file order, then the timeline's own task if it
+    had one) as serial reading meets them: each part's warnings, then its exception (the
+    run's damage: later parts are not looked at), the missing ranks' warning, the
+    timeline's. The traces' and the timeline task's results, the timeline's last."""
+    from analysis.readers.scalescope import warn_missing_ranks
+
+    if isinstance(parts, Exception):  # the run-level pre-pass failed
+        raise parts
+    n = len(parts.traces)
+    seen, timeline = set(), None
+    for _, extra in results[:n]:
+        _again(*extra["read"])
+        seen.add(extra["rank"])
+        timeline = extra["timeline"] or timeline
+    warn_missing_ranks(parts, seen)
+    for _, extra in results[n:]:
+        timeline = extra["read"]
+    if timeline is not None:
+        _again(*timeline)
+    return results
+
+
+def _plan(runset: Any, rows: list[Any]) -> dict[str, Any]:
+    """Each run's :class:`~analysis.readers.scalescope.RunDirParts` (its ``run.json`` and
+    listing, read here: cheap), or the exception that reading met."""
+    from analysis.readers.scalescope import run_dir_parts
+
+    plans: dict[str, Any] = {}
+    for row in rows:
+        try:
+            plans[row.run_id] = run_dir_parts(row.path)
+        except Exception as exc:
+            plans[row.run_id] = exc
+    return plans
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _load_events(runset: Any) -> pd.DataFrame:
+    from analysis.readers.scalescope import TIMELINE, join_run_frames
+
+    rows = runset._runs_to_read("events")
+    plans = _plan(runset, rows)
+    items, owners = [], []
+    for row in rows:
+        parts = plans[row.run_id]
+        if isinstance(parts, Exception):
+            continue
+        names = [*parts.traces, *([TIMELINE] if parts.timeline else [])]
+        items += [(parts, name) for name in names]
+        owners += [row.run_id] * len(names)
+    extras: list = []
+    frames = run_tasks(_read_part, items, label="reading ranks", extras=extras,
+                       cost=[_size(parts.path / name) for parts, name in items], **_engine(runset))
+    results: dict[str, list] = {}
+    for run_id, frame, extra in zip(owners, frames, extras, strict=True):
+        results.setdefault(run_id, []).append((frame, extra))
+
+    def joined(row: Any) -> pd.DataFrame:
+        done = _replay_run(plans[row.run_id], results.get(row.run_id, []))
+        return join_run_frames([frame for frame, extra in done if extra["n"]])
+
+    return runset._load("events", read=joined)
+
+
+def _per_rank(runset: Any, metric: Callable[..., pd.DataFrame], timeline_rank: int | None,
+              options: dict) -> pd.DataFrame:
+    """:func:`per_run` of a per-rank metric: one task per rank trace of every run."""
+    from analysis.readers.scalescope import TIMELINE
+
+    rows = sorted(runset._runs_to_read("events"), key=lambda row: str(row.run_id))
+    plans = _plan(runset, rows)
+    items, owners = [], []
+    for row in rows:
+        parts = plans[row.run_id]
+        if isinstance(parts, Exception):
+            continue
+        carrier = None
+        if parts.timeline and timeline_rank is not None:
+            carrier = next((name for name in parts.traces if name.split(".")[0] == f"rank-{timeline_rank:05d}"), None)
+        for name in parts.traces:
+            items.append((parts, name, row.run_id, name == carrier))
+        if parts.timeline and carrier is None:
+            items.append((parts, TIMELINE, row.run_id, False))
+        owners += [row.run_id] * (len(items) - len(owners))
+    extras: list = []
+    tables = run_tasks(partial(_reduce_part, metric=metric, options=options), items,
+                       label=getattr(metric, "__name__", "ranks"), extras=extras,
+                       cost=[_size(parts.path / name) for parts, name, _, _ in items], **_engine(runset))
+    results: dict[str, list] = {}
+    for run_id, table, extra in zip(owners, tables, extras, strict=True):
+        results.setdefault(run_id, []).append((table, extra))
+    # a run whose ranks do not split cleanly is reduced whole, as before (exact, rare)
+    whole = [row for row in rows if _needs_whole(plans[row.run_id], results.get(row.run_id, []), timeline_rank)]
+    fallback: dict[str, tuple] = {}
+    if whole:
+        ones = [runset._subset(runset.usable_runs()[runset.usable_runs()["run_id"] == row.run_id],
+                               workers=1, client=None) for row in whole]
+        task = partial(_reduce_run_caught, metric=metric, options=options)
+        more: list = []
+        outs = run_tasks(task, ones, label=getattr(metric, "__name__", "runs"), extras=more, **_engine(runset))
+        fallback = {row.run_id: (out, extra) for row, out, extra in zip(whole, outs, more, strict=True)}
+    parts_out: list[pd.DataFrame] = []
+    for row in rows:
+        if row.run_id in fallback:
+            out, (records, caught) = fallback[row.run_id]
+            _again(caught)
+            runset.adopt_damage(records or [])
+            parts_out.append(out)
+            continue
+        done = runset._read_noting_damage(
+            row, "events", lambda row: _replay_run(plans[row.run_id], results.get(row.run_id, [])))
+        if done is None:
+            continue
+        for table, extra in sorted((part for part in done if part[1]["n"]), key=lambda part: part[1]["rank"]):
+            _again(extra["metric"])
+            parts_out.append(table)
+    if not parts_out:
+        return metric(schema.empty_events(), **options)
+    return concat_tables(parts_out)
+
+
+def _needs_whole(parts: Any, results: list[tuple[pd.DataFrame, dict]], timeline_rank: int | None) -> bool:
+    """Whether a run's per-rank tables might not be its rows of the metric of all its events:
+    a part failed the schema check, two files hold one rank, or the timeline went to a file
+    of another rank than ``timeline_rank``."""
+    if isinstance(parts, Exception):
+        return False
+    read = [extra for _, extra in results[:len(parts.traces)]]
+    if any(extra["read"][1] is not None for extra in read):
+        return False  # damaged: the first problem in file order is the run's, as serially
+    ranks = [extra["rank"] for extra in read]
+    if len(set(ranks)) < len(ranks) or any(extra["invalid"] for extra in read):
+        return True
+    return any(extra["timeline"] is not None and extra["rank"] != timeline_rank for extra in read)
+
+
+def _reduce_run_caught(one: Any, *, metric: Callable[..., pd.DataFrame], options: dict) -> WithExtra:
+    """:func:`_reduce_run` with its warnings kept beside its damage (raised again in order)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = metric(one.events, **options)
+    return WithExtra((out, (one.damage_records(), [(w.category, str(w.message)) for w in caught])))
 
 
 def _run_key(path: str, run_id: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,13 +43,19 @@ from analysis.rundir import clock_offsets, read_epochs, read_manifest
 __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_VERSION",
+    "TIMELINE",
+    "RunDirParts",
+    "join_run_frames",
     "read_epochs",
     "read_manifest",
     "read_run_dir",
+    "read_run_part",
     "read_samples",
     "read_trace",
+    "run_dir_parts",
     "sniff_samples",
     "sniff_trace",
+    "warn_missing_ranks",
 ]
 
 #: Newest trace format version this reader understands (run.json: :mod:`analysis.rundir`).
@@ -431,21 +438,84 @@ def read_run_dir(
         return _read_run_samples(run_dir, manifest, run_id, offsets)
     if kind != "events":
         raise ValueError(f"kind must be 'events' or 'samples', not {kind!r}")
-    frames, seen = _read_rank_traces(run_dir, run_id, offsets, ranks)
-    missing = sorted(set(ranks) - seen)
-    if missing:
-        warnings.warn(f"{run_dir}: no trace for rank(s) {missing} listed in run.json",
-                      RecoveryWarning, stacklevel=2)
-    timeline = run_dir / "horovod_timeline.json"
-    if timeline.exists():
-        for tl in _read_timeline(timeline, run_id):
-            frames.append(_fill_hosts(tl, ranks))
+    parts = _parts(run_dir, run_id, offsets, ranks)
+    frames, seen = [], set()
+    for name in parts.traces:
+        found, rank = read_run_part(parts, name)
+        frames.extend(found)
+        seen.add(rank)
+    warn_missing_ranks(parts, seen)
+    if parts.timeline:
+        frames.extend(read_run_part(parts, TIMELINE)[0])
     if include_profilers:
         frames.extend(_read_profilers(run_dir, run_id, offsets, ranks))
+    return join_run_frames(frames)
+
+
+# -- a run directory part by part (one task per rank file: analysis.scale) ---------------------
+#: The Horovod timeline's name in a run directory (a part of :class:`RunDirParts`).
+TIMELINE = "horovod_timeline.json"
+
+
+@dataclass(frozen=True)
+class RunDirParts:
+    """What :func:`read_run_dir` reads of a run directory's events, from ``run.json`` and
+    the listing: each rank's trace and the Horovod timeline, read one by one with
+    :func:`read_run_part` (on different workers), then joined with
+    :func:`warn_missing_ranks` and :func:`join_run_frames` in this order:
+    ``traces`` (file order), the missing ranks' warning, the timeline."""
+
+    path: Path
+    run_id: str
+    offsets: dict[int, int]
+    ranks: dict[int, dict]
+    traces: tuple[str, ...]
+    timeline: bool
+
+
+def run_dir_parts(path: str | os.PathLike[str], *, run_id: str | None = None) -> RunDirParts:
+    """The cheap run-level pre-pass of :func:`read_run_dir` (``run.json`` validated, the
+    clock offsets and rank table, the trace files listed); raises what it raises."""
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise ReadError(run_dir, "not a directory")
+    manifest = read_manifest(run_dir)
+    run_id = run_id or manifest.get("run_id") or run_dir.name
+    ranks = {int(r["rank"]): r for r in manifest.get("ranks") or [] if "rank" in r}
+    return _parts(run_dir, run_id, clock_offsets(manifest), ranks)
+
+
+def _parts(run_dir: Path, run_id: str, offsets: dict[int, int], ranks: dict[int, dict]) -> RunDirParts:
+    return RunDirParts(run_dir, run_id, offsets, ranks, tuple(f.name for f in _trace_files(run_dir)),
+                       (run_dir / TIMELINE).exists())
+
+
+def read_run_part(parts: RunDirParts, name: str) -> tuple[list[pd.DataFrame], int | None]:
+    """One part of a run directory, as :func:`read_run_dir` has its rows: a rank's trace
+    (``name`` from ``parts.traces``) on rank 0's clock with the manifest's host, local rank
+    and device, and its rank; or the Horovod timeline (``name`` :data:`TIMELINE`; no frame
+    when it is skipped with a warning) and None."""
+    if name == TIMELINE:
+        return [_fill_hosts(tl, parts.ranks) for tl in _read_timeline(parts.path / TIMELINE, parts.run_id)], None
+    frames, seen = _read_rank_traces(parts.path, parts.run_id, parts.offsets, parts.ranks,
+                                     files=[parts.path / name])
+    return frames, seen.pop()
+
+
+def warn_missing_ranks(parts: RunDirParts, seen: set[int]) -> None:
+    """The :class:`RecoveryWarning` of :func:`read_run_dir` for ranks of ``run.json``
+    whose trace was not among those read (``seen``)."""
+    missing = sorted(set(parts.ranks) - seen)
+    if missing:
+        warnings.warn(f"{parts.path}: no trace for rank(s) {missing} listed in run.json",
+                      RecoveryWarning, stacklevel=3)
+
+
+def join_run_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts of a run directory as one validated event frame (in the parts' order)."""
     if not frames:
         return schema.empty_events()
-    out = schema.concat(frames)
-    return schema.validate_events(out)
+    return schema.validate_events(schema.concat(frames))
 
 
 def _read_run_samples(run_dir: Path, manifest: dict, run_id: str,
@@ -465,12 +535,12 @@ def _read_run_samples(run_dir: Path, manifest: dict, run_id: str,
     return schema.validate_samples(schema.concat(frames))
 
 
-def _read_rank_traces(run_dir: Path, run_id: str, offsets: dict[int, int],
-                      ranks: dict[int, dict]) -> tuple[list[pd.DataFrame], set[int]]:
-    """Every rank's trace of a run directory on rank 0's clock, with the manifest's host,
-    local rank and device; and the ranks seen."""
+def _read_rank_traces(run_dir: Path, run_id: str, offsets: dict[int, int], ranks: dict[int, dict],
+                      files: list[Path] | None = None) -> tuple[list[pd.DataFrame], set[int]]:
+    """Every rank's trace of a run directory (or those ``files`` of it) on rank 0's clock,
+    with the manifest's host, local rank and device; and the ranks seen."""
     frames, seen = [], set()
-    for f in _trace_files(run_dir):
+    for f in _trace_files(run_dir) if files is None else files:
         df, info = _parse_trace(f, run_id)
         rank = int(info["clock"].get("rank", 0))
         seen.add(rank)
