@@ -1,0 +1,265 @@
+"""One Chrome-JSON file read in parts by several processes (``analysis.readers._split``):
+the frame and the warnings are those of the serial read, wherever the cuts fall.
+
+Most tests join the parts in this process (``_part`` for every part, then the reader's
+merge), which lets them try every number of parts, so that cuts fall inside negotiations,
+between an op's B and its activities, between a barrier and Horovod's stray E after it.
+One test per reader runs the real process pool."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.readers import _chrome, _split, horovod, kineto
+
+_ACTS = ["MEMCPY_IN_FUSION_BUFFER", "NCCL_ALLREDUCE", "WAIT_FOR_DATA", "QUEUE", None]
+
+
+def _timeline(seed: int, *, n_tensors: int = 5, n_ops: int = 30, damage: bool = False) -> list:
+    """Horovod-like records: negotiations with readiness ticks (some outside any), ops with
+    activities and payloads, barriers followed by Horovod's stray E, many tied times, the
+    tensors' streams interleaved. ``damage``: an unmatched E and spans left open."""
+    rng = np.random.default_rng(seed)
+    streams = []
+    for t in range(n_tensors):
+        pid = t + 1
+        recs = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"grad_{t}"}}]
+        ts = int(rng.integers(0, 3))
+        for _ in range(n_ops):
+            if rng.random() < 0.15:  # a barrier: its negotiation, then a stray E
+                recs.append({"ph": "B", "name": "NEGOTIATE_BARRIER", "ts": ts, "pid": pid})
+                recs.append({"ph": "X", "name": "0", "ts": ts, "pid": pid, "dur": 0})
+                ts += int(rng.integers(0, 2))
+                recs.append({"ph": "E", "ts": ts, "pid": pid})
+                recs.append({"ph": "E", "ts": ts, "pid": pid})
+                continue
+            recs.append({"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": ts, "pid": pid})
+            for r in rng.permutation(4)[: int(rng.integers(0, 4))].tolist():
+                ts += int(rng.integers(0, 2))
+                recs.append({"ph": "X", "name": str(r), "ts": ts, "pid": pid, "dur": 0})
+            ts += int(rng.integers(0, 2))
+            recs.append({"ph": "E", "ts": ts, "pid": pid})
+            if rng.random() < 0.2:  # a tick outside any negotiation: named "NEGOTIATE"
+                recs.append({"ph": "X", "name": "2", "ts": ts, "pid": pid, "dur": 0})
+            recs.append({"ph": "B", "name": "ALLREDUCE", "ts": ts, "pid": pid})
+            for _ in range(int(rng.integers(0, 4))):
+                name = _ACTS[int(rng.integers(len(_ACTS)))]
+                b = {"ph": "B", "ts": ts, "pid": pid}
+                if name is not None:
+                    b["name"] = name
+                recs.append(b)
+                ts += int(rng.integers(0, 2))
+                recs.append({"ph": "E", "ts": ts, "pid": pid})
+            ts += int(rng.integers(0, 2))
+            e = {"ph": "E", "ts": ts, "pid": pid}
+            if rng.random() < 0.8:
+                e["args"] = {"dtype": "float32", "shape": f"[{int(rng.integers(1, 9))}, 4]"}
+            recs.append(e)
+        if damage and t == 0:
+            recs.append({"ph": "E", "ts": ts, "pid": pid})  # nothing open: unmatched
+            recs.append({"ph": "B", "name": "ALLREDUCE", "ts": ts, "pid": pid})  # never closed
+        streams.append(recs)
+    out = [{"name": "process_name", "ph": "M", "pid": 0,
+            "args": {"start_time_since_epoch_in_micros": 1_700_000_000_000_000}}]
+    pos = [0] * len(streams)
+    while any(p < len(s) for p, s in zip(pos, streams, strict=True)):
+        live = [i for i, s in enumerate(streams) if pos[i] < len(s)]
+        i = live[int(rng.integers(len(live)))]
+        out.append(streams[i][pos[i]])
+        pos[i] += 1
+        if rng.random() < 0.03:
+            out.append({"ph": "i", "name": "CYCLE_START", "ts": int(rng.integers(0, 20)), "s": "g"})
+    return out
+
+
+def _write(path: Path, recs: list, *, obj: bool = False) -> Path:
+    body = ",\n".join(json.dumps(r) for r in recs)
+    if obj:
+        path.write_text('{"schemaVersion": 1, "traceEvents": [\n' + body
+                        + '\n], "traceName": "x ]}", "distributedInfo": {"rank": 3}}\n')
+    else:
+        path.write_text("[\n" + body + "\n]\n")
+    return path
+
+
+def _caught(fn, *args, **kwargs) -> tuple[pd.DataFrame, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = fn(*args, **kwargs)
+    return df, [str(w.message) for w in caught]
+
+
+def _in_parts(mod, path: Path, parts: int, monkeypatch) -> tuple[pd.DataFrame, list[str], bool]:
+    """``mod.read(path, workers=parts)`` with the parts read one after the other in this
+    process; also whether the reader merged them (else it read the file serially)."""
+
+    def here(path, workers, part):
+        split = _chrome.plan_split(path, workers, min_part_bytes=1)
+        return None if split is None else [part(path, split, i) for i in range(len(split.parts))]
+
+    merged = []
+    real = mod._merge
+
+    def spy(results):
+        out = real(results)
+        merged.append(out is not None)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(_split, "read_parts", here)
+        m.setattr(mod, "_merge", spy)
+        df, w = _caught(mod.read, path, run_id="t", workers=parts)
+    return df, w, merged == [True]
+
+
+def _serial(mod, path: Path) -> tuple[pd.DataFrame, list[str]]:
+    return _caught(mod.read, path, run_id="t")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_horovod_parts_equal_the_serial_read_wherever_the_cuts_fall(seed, tmp_path, monkeypatch):
+    f = _write(tmp_path / "t.json", _timeline(seed))
+    expected, w_expected = _serial(horovod, f)
+    assert (expected["name"] == "NEGOTIATE_BARRIER").any() and (expected["cat"] == "rank_ready").any()
+    for parts in range(2, 41):
+        got, w_got, merged = _in_parts(horovod, f, parts, monkeypatch)
+        assert merged, f"{parts} parts: not merged"  # nothing here for the merge to decline
+        pd.testing.assert_frame_equal(expected, got, obj=f"{parts} parts")
+        assert w_got == w_expected
+
+
+def test_horovod_parts_of_a_damaged_timeline_count_as_serial(tmp_path, monkeypatch):
+    """Unmatched E and spans left open: the counts in the one warning are the serial ones."""
+    f = _write(tmp_path / "t.json", _timeline(7, damage=True))
+    expected, w_expected = _serial(horovod, f)
+    assert len(w_expected) == 1 and "no matching E" in w_expected[0] and "no open B" in w_expected[0]
+    for parts in (2, 5, 9, 17):
+        got, w_got, merged = _in_parts(horovod, f, parts, monkeypatch)
+        assert merged  # the counts are merged, not left to a serial read
+        pd.testing.assert_frame_equal(expected, got, obj=f"{parts} parts")
+        assert w_got == w_expected
+
+
+def test_a_cut_inside_a_string_is_never_merged(tmp_path, monkeypatch):
+    """Horovod writes tensor names unescaped: '},{' inside a name looks like a record
+    boundary. The parts on both sides of such a cut fail to decode, and the file is read
+    serially (with the serial read's own recovery and warning)."""
+    recs = _timeline(4, n_tensors=2, n_ops=5)
+    trap = '{"name": "process_name", "ph": "M", "pid": 9, "args": {"name": "a"},{"b"}}'
+    text = "[\n" + ",\n".join([json.dumps(recs[0]), trap] + [json.dumps(r) for r in recs[1:]]) + "\n]\n"
+    f = tmp_path / "t.json"
+    f.write_text(text)
+    expected, w_expected = _serial(horovod, f)
+    assert len(w_expected) == 1 and "could not be parsed" in w_expected[0]
+    at = text.index("},{")
+    split = _chrome.Split("array", b"", [(2, at + 1), (at + 2, None)])  # the wrong cut, forced
+    results = [horovod._part(f, split, i) for i in range(2)]
+    assert not any(_split.clean(r["damage"]) for r in results)
+    assert horovod._merge(results) is None
+    monkeypatch.setattr(_split, "read_parts", lambda path, workers, part: results)
+    got, w_got = _caught(horovod.read, f, run_id="t", workers=2)
+    pd.testing.assert_frame_equal(expected, got)
+    assert w_got == w_expected
+
+
+def test_kineto_parts_equal_the_serial_read(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    recs = []
+    for i in range(3000):
+        cat = ["cpu_op", "kernel", "cuda_runtime", "gpu_memcpy", "user_annotation"][int(rng.integers(5))]
+        name = {"user_annotation": f"ProfilerStep#{i // 300}", "kernel": f"k{int(rng.integers(9))}"}.get(
+            cat, f"aten::op{int(rng.integers(40))}")
+        r = {"ph": "X", "cat": cat, "name": name, "pid": 1 if cat in ("kernel", "gpu_memcpy") else 77,
+             "tid": 7 if cat in ("kernel", "gpu_memcpy") else 78, "ts": 1000.5 + i, "dur": 0.25 + i % 3,
+             "args": {"correlation": i // 2}}
+        if cat == "gpu_memcpy":
+            r["args"]["bytes"] = 4096
+        recs.append(r)
+        if rng.random() < 0.02:
+            recs.append({"ph": "f", "id": i, "pid": 1, "tid": 7, "ts": 1000 + i, "cat": "ac2g"})
+    f = _write(tmp_path / "rank3.pt.trace.json", recs, obj=True)
+    expected, w_expected = _serial(kineto, f)
+    assert expected["rank"].iloc[0] == 3 and expected["step"].notna().any()
+    for parts in range(2, 30):
+        got, w_got, merged = _in_parts(kineto, f, parts, monkeypatch)
+        assert merged, f"{parts} parts: not merged"
+        pd.testing.assert_frame_equal(expected, got, obj=f"{parts} parts")
+        assert w_got == w_expected
+
+
+def _corpus_plain(corpus: Path, tmp_path: Path, sub: str) -> list[Path]:
+    """The corpus's files of one format, gunzipped into ``tmp_path`` (a gzip stream cannot
+    be split)."""
+    out = []
+    for f in sorted((corpus / sub).rglob("*.json*")):
+        if f.name.endswith(".gz"):
+            plain = tmp_path / f.name[:-3]
+            with gzip.open(f, "rb") as src, open(plain, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            out.append(plain)
+        else:
+            out.append(f)
+    return out
+
+
+@pytest.mark.parametrize("sub,mod", [("horovod_timeline", horovod), ("kineto", kineto)])
+def test_corpus_files_in_parts_equal_the_serial_read(sub, mod, corpus_dir, tmp_path, monkeypatch):
+    files = _corpus_plain(corpus_dir, tmp_path, sub)
+    assert files
+    n_merged = 0
+    for f in files:
+        expected, w_expected = _serial(mod, f)
+        for parts in (2, 3, 7):
+            got, w_got, merged = _in_parts(mod, f, parts, monkeypatch)
+            n_merged += merged
+            pd.testing.assert_frame_equal(expected, got, obj=f"{f.name} in {parts} parts")
+            assert w_got == w_expected, f.name
+    assert n_merged >= len(files)  # most real files are merged, not read again serially
+
+
+@pytest.mark.parametrize("mod", [horovod, kineto])
+def test_the_process_pool_reads_one_file_in_parts(mod, tmp_path, monkeypatch):
+    """``read(workers=3)`` for real: forked workers, results joined in file order."""
+    if mod is horovod:
+        f = _write(tmp_path / "t.json", _timeline(5, n_tensors=8, n_ops=60))
+    else:
+        recs = [{"ph": "X", "cat": "kernel", "name": f"k{i % 7}", "pid": 0, "tid": 7, "ts": i, "dur": 1,
+                 "args": {"correlation": i}} for i in range(20000)]
+        f = _write(tmp_path / "t.json", recs, obj=True)
+    monkeypatch.setattr(_split, "MIN_PART_BYTES", 1)
+    used = []
+    real = _split.read_parts
+
+    def spy(*args):
+        out = real(*args)
+        used.append(None if out is None else len(out))
+        return out
+
+    monkeypatch.setattr(_split, "read_parts", spy)
+    expected, w_expected = _caught(mod.read, f, workers=1)
+    got, w_got = _caught(mod.read, f, workers=3)
+    assert used == [None, 3]  # workers=1 never splits; workers=3 read three parts
+    pd.testing.assert_frame_equal(expected, got)
+    assert w_got == w_expected
+
+
+def test_gzip_and_small_files_are_not_split(tmp_path):
+    f = _write(tmp_path / "t.json", _timeline(1, n_ops=5))
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(f.read_bytes()))
+    assert _chrome.plan_split(gz, 4, min_part_bytes=1) is None
+    assert _chrome.plan_split(f, 4, min_part_bytes=f.stat().st_size) is None
+    split = _chrome.plan_split(f, 4, min_part_bytes=1)
+    assert split is not None and len(split.parts) == 4
+    text = f.read_bytes()
+    for start, end in split.parts:  # every part starts at a record and ends after one
+        assert text[start:].lstrip()[:1] == b"{"
+        assert end is None or text[end - 1:end] == b"}"
