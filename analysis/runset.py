@@ -434,9 +434,10 @@ class RunSet:
     include_failed
         Use the data of runs whose status is not ``ok`` as well.
     workers
-        Processes that read the runs (and compute per-run metrics) in parallel:
-        ``None`` uses the machine's cores once the runs hold at least 64 MiB, ``1`` reads
-        in this process (``docs/scale.md``).
+        Processes that read the runs (and compute the metrics given this RunSet) in
+        parallel, one rank file or one run per task: ``None`` uses the machine's cores once
+        the runs hold at least 64 MiB in more than one rank file, ``1`` reads in this
+        process (``docs/scale.md``).
     client
         A ``distributed.Client``: runs are read and reduced on its workers, and
         :attr:`events` is a Dask DataFrame over the Parquet cache (``docs/scale.md``).
@@ -656,7 +657,9 @@ class RunSet:
 
     def split(self) -> list[RunSet]:
         """One RunSet per usable run, in the runs table's order, read in this process
-        (``workers=1``, no client): the units :mod:`analysis.scale` hands to its workers."""
+        (``workers=1``, no client): the units :mod:`analysis.scale` hands to its workers
+        for what it reduces run by run (the events of the per-rank metrics go one rank
+        file per task instead)."""
         return [self._subset(self.usable_runs().iloc[[i]], workers=1, client=None)
                 for i in range(len(self.usable_runs()))]
 

@@ -10,10 +10,11 @@ Two engines run the same tasks, and give the same frames and warnings as serial 
   workers and only their results travel to the notebook. Needs ``pip install
   scalescope[scale]``; nothing here imports Dask unless a client is given.
 
-A task is ``func(item)`` for one file or one run; results come back in the order of the
-items, whatever order they finished in, and the warnings each task raised are raised again
-in the notebook in that same order. A progress bar shows while more than one task runs
-(when stderr is a terminal, or with ``SCALESCOPE_PROGRESS=1``).
+A task is ``func(item)`` for one file, one rank file of a run directory, or one run;
+results come back in the order of the items, whatever order they finished in, and the
+warnings each task raised are raised again in the notebook in that same order. A progress
+bar shows while more than one task runs (when stderr is a terminal, or with
+``SCALESCOPE_PROGRESS=1``).
 
 >>> from analysis import scale
 >>> frames = scale.read_files(["rank0.json", "rank1.json"], workers=2)   # doctest: +SKIP
@@ -388,13 +389,15 @@ def is_runset(obj: object) -> bool:
 
 def parallel(runset: Any) -> bool:
     """Whether a RunSet's runs are read in separate tasks: on its Dask client, or on a pool
-    of :func:`pool_workers` processes (more than one)."""
+    of :func:`pool_workers` processes (more than one; its tasks are the runs' rank files)."""
     if runset.client is not None:
         return True
     if runset.workers is not None:
         return runset.workers > 1
-    paths = [p for p in runset.usable_runs()["path"] if p is not None]
-    return pool_workers(None, n_tasks=len(paths), n_bytes=sum(input_bytes(p) for p in paths)) > 1
+    paths = [p for p in runset.usable_runs()["path"] if p is not None and Path(p).is_dir()]
+    # a task per rank file: one run of many ranks is worth a pool too
+    n_tasks = sum(max(1, len(list(Path(p).glob("rank-*.trace.json*")))) for p in paths)
+    return pool_workers(None, n_tasks=n_tasks, n_bytes=sum(input_bytes(p) for p in paths)) > 1
 
 
 def _engine(runset: Any) -> dict[str, Any]:

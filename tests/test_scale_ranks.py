@@ -170,6 +170,14 @@ def test_one_run_of_four_ranks_is_four_tasks(dirs, serial, counted):
     assert counted == [("time_breakdown", 1)]
 
 
+def test_one_run_of_many_ranks_is_worth_a_pool(dirs, monkeypatch):
+    """``workers=None`` counts rank files, not runs: one big run of four ranks uses the pool."""
+    paths, _ = dirs
+    monkeypatch.setattr(scale, "POOL_MIN_BYTES", 1)  # the sample runs are small
+    assert scale.parallel(RunSet.from_dirs([paths[2]]))
+    assert not scale.parallel(RunSet.from_dirs([paths[0] / "baseline_np1_bs75_r1"]))  # one rank file
+
+
 def _caught(func):
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")

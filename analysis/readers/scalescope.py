@@ -17,6 +17,13 @@ from the manifest and the clock offsets of ``run.json`` applied (so every rank i
 samples. :func:`read_manifest` (validates ``run.json``) and :func:`read_epochs` (the
 per-rank epoch metrics) come from :mod:`analysis.rundir`, which RunSet uses too: one rule.
 
+The same events part by part, so that each rank's trace can be read on another worker
+(:mod:`analysis.scale`): :func:`run_dir_parts` (the cheap run-level pre-pass: ``run.json``,
+its clock offsets and rank table, the trace files), :func:`read_run_part` (one rank's rows
+exactly as in the whole run, clock offset included; or the timeline), then
+:func:`warn_missing_ranks` and :func:`join_run_frames`. :func:`read_run_dir` is built
+from them.
+
 A trace cut off by a killed rank (no closing ``]``, maybe half a record) loads with one
 :class:`~analysis.errors.RecoveryWarning` saying how many bytes were dropped.
 """
