@@ -507,10 +507,6 @@ def per_run(
 # --------------------------------------------------------------------------------------
 # Rank files of a RunSet's runs: one task each
 
-#: Sentinel of :func:`_rank_unit`: the metric does not use the Horovod timeline.
-_NO_TIMELINE = None
-
-
 def _rank_unit(metric: Callable[..., pd.DataFrame], options: dict) -> tuple[bool, int | None]:
     """Whether ``metric(events, **options)`` is per (run, rank): its groups are a run and a
     rank, so its tables of single ranks, in (run_id, rank) order, are its table of all
@@ -523,13 +519,14 @@ def _rank_unit(metric: Callable[..., pd.DataFrame], options: dict) -> tuple[bool
     from analysis.metrics import breakdown, sync
 
     if metric is breakdown.step_times or metric is breakdown.gpu_time_breakdown:
-        return True, _NO_TIMELINE
+        return True, None
+    if metric is breakdown.time_breakdown and options.get("level", "rank") == "run":
+        return False, None
     if metric is breakdown.time_breakdown or metric is sync.sync_times:
-        if metric is breakdown.time_breakdown and options.get("level", "rank") == "run":
-            return False, _NO_TIMELINE
+        # sync_times calls time_breakdown with its default timeline_rank
         default = inspect.signature(breakdown.time_breakdown).parameters["timeline_rank"].default
         return True, options.get("timeline_rank", default) if metric is breakdown.time_breakdown else default
-    return False, _NO_TIMELINE
+    return False, None
 
 
 class _PartError(Exception):
