@@ -23,6 +23,9 @@ dask       the same on a ``distributed.LocalCluster(n_workers=N, threads_per_wor
 floor      ``msgspec`` typed-Struct decode of a whole file into Python objects (the
            reader's own fields), no frame: the decode floor one worker is compared with
 one       ``analysis.read`` of one file in one process (the reader alone, for the floor)
+file       ``analysis.read(path, workers=N)`` of one large plain file (``--file-mb``): the
+           file cut into N parts at record boundaries, each decoded in its own process,
+           joined in the notebook (``analysis.readers._split``); against ``workers=1``
 
 The parse cache is off (``cache=False``) everywhere, so every method parses.
 
@@ -30,6 +33,7 @@ Usage::
 
     .venv/bin/python benchmarks/scale.py                       # 64 x 50 MB + 200 MB timeline
     .venv/bin/python benchmarks/scale.py --ranks 8 --methods serial pool   # the 8-file target
+    .venv/bin/python benchmarks/scale.py --ranks 0 --methods --file-mb 1000  # one 1 GB file
 """
 
 from __future__ import annotations
@@ -80,8 +84,8 @@ if method == "dask":
     extra["startup_s"] = time.perf_counter() - t
 t = time.perf_counter()
 if method == "serial":
-    gpu = gpu_time_breakdown(analysis.read_many(kineto, cache=False))
-    allreduce = horovod_allreduce(analysis.read(timeline, cache=False)) if timeline else None
+    gpu = gpu_time_breakdown(analysis.read_many(kineto, cache=False, workers=1))
+    allreduce = horovod_allreduce(analysis.read(timeline, cache=False, workers=1)) if timeline else None
 elif method in ("pool", "dask"):
     kw = {"client": client} if method == "dask" else {"workers": workers}
     paths = kineto + ([timeline] if timeline else [])
@@ -90,9 +94,14 @@ elif method in ("pool", "dask"):
     gpu = scale.concat_tables(tables[: len(kineto)])
     allreduce = tables[-1] if timeline else None
 elif method == "one":
-    df = analysis.read(kineto[0], cache=False)
+    df = analysis.read(kineto[0], cache=False, workers=1)
     gpu, allreduce = None, None
     extra["rows"] = len(df)
+elif method == "file":
+    df = analysis.read(kineto[0], cache=False, workers=workers)
+    gpu, allreduce = None, None
+    extra["rows"] = len(df)
+    extra["hash"] = int(pandas.util.hash_pandas_object(df, index=False).sum())
 elif method == "floor":
     sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
     from scale import typed_decoder
@@ -230,11 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeline-mb", type=float, default=200.0)
     ap.add_argument("--workers", type=int, nargs="+", default=[os.cpu_count() or 1],
                     help="worker counts for the pool and Dask (each is run)")
-    ap.add_argument("--methods", nargs="+", default=["serial", "pool", "dask"])
+    ap.add_argument("--methods", nargs="*")
     ap.add_argument("--floor-mb", type=float, default=0.0,
                     help="also compare one worker with the typed decode floor on files of this size")
+    ap.add_argument("--file-mb", type=float, default=0.0,
+                    help="also read one Kineto trace and one Horovod timeline of this size with "
+                         "workers=1 and with each --workers count")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "scalescope-scale")
+    ap.set_defaults(methods=["serial", "pool", "dask"])
     args = ap.parse_args(argv)
     print(f"# machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}", flush=True)
@@ -280,6 +293,21 @@ def main(argv: list[str] | None = None) -> int:
                               key=lambda x: x.get("s", 1e9)) for m in ("one", "floor")}
                 print(f"#   floor {fmt}: {res}", flush=True)
                 floor_rows.append((fmt, path.stat().st_size, res))
+        file_rows = []
+        if args.file_mb:
+            counts = sorted({1, *args.workers})
+            for fmt in ("kineto", "horovod"):
+                path = args.workdir / f"file_{fmt}_{int(args.file_mb)}mb.json"
+                if not path.exists() or abs(path.stat().st_size - args.file_mb * 1e6) > 0.05 * args.file_mb * 1e6:
+                    (generate_kineto if fmt == "kineto" else generate_horovod)(path, int(args.file_mb * 1e6))
+                files = {"kineto": [str(path)], "timeline": None}
+                res: dict[int, list[dict]] = {w: [] for w in counts}
+                for _ in range(max(1, args.repeat)):  # interleaved: a load that comes and goes hits all
+                    for w in counts:
+                        r = run_method("file", w, files, cache_dir=Path(tmp) / "cache")
+                        print(f"#   file {fmt} (workers={w}): {r}", flush=True)
+                        res[w].append(r)
+                file_rows.append((fmt, path.stat().st_size, res))
     print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
     serial = next((r.get("s") for m, _, r in rows if m == "serial"), None)
@@ -294,6 +322,23 @@ def main(argv: list[str] | None = None) -> int:
         start = f"{r['startup_s']:.1f}" if "startup_s" in r else ""
         print(f"| {method} | {workers} | {r['s']:.1f}{spread} | "
               f"{total / 1e6 / r['s']:.0f} | {speed} | {r['peak_mib']:.0f} | {start} | {r['check']} |")
+    if file_rows:
+        print()
+        print("| file | workers | time (s) | MB/s | vs workers=1 | notebook peak RSS (MiB) | frame |")
+        print("|---|---|---|---|---|---|---|")
+        for fmt, size, res in file_rows:
+            ok = {w: [r for r in runs if "s" in r] for w, runs in res.items()}
+            if not all(ok.values()):
+                print(f"| {fmt} {size / 1e6:.0f} MB | error: {res} | | | | | |")
+                continue
+            one = min(r["s"] for r in ok[1])
+            ref = ok[1][0]["hash"]
+            for w, runs in ok.items():
+                best, worst = min(r["s"] for r in runs), max(r["s"] for r in runs)
+                same = "identical" if all(r["hash"] == ref for r in runs) else "DIFFERS"
+                spread = f" ({worst:.2f})" if worst > best * 1.005 else ""
+                print(f"| {fmt} {size / 1e6:.0f} MB | {w} | {best:.2f}{spread} | {size / 1e6 / best:.0f} | "
+                      f"{one / best:.2f}x | {max(r['peak_mib'] for r in runs):.0f} | {same} |")
     if floor_rows:
         print()
         print("| file | one worker: analysis.read (s) | typed-Struct decode floor (s) | reader vs floor |")

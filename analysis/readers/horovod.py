@@ -943,5 +943,6 @@ register(
     read=read,
     kind="events",
     suffixes=(".json",),
+    parts=True,
     description="Horovod timeline (HOROVOD_TIMELINE)",
 )

@@ -530,5 +530,6 @@ register(
     read=read,
     kind="events",
     suffixes=(".json", ".json.gz"),
+    parts=True,
     description="PyTorch profiler / Kineto Chrome trace (.json, .json.gz)",
 )

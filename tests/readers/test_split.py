@@ -263,3 +263,34 @@ def test_gzip_and_small_files_are_not_split(tmp_path):
     for start, end in split.parts:  # every part starts at a record and ends after one
         assert text[start:].lstrip()[:1] == b"{"
         assert end is None or text[end - 1:end] == b"}"
+
+
+def test_analysis_read_splits_large_files_by_default(tmp_path, monkeypatch):
+    """``analysis.read``: ``workers=None`` splits a file of two parts' worth or more in a
+    notebook (not in a pool's or a cluster's worker), ``workers=1`` never; ``read_many`` of
+    one file does the same; the parse cache is keyed without ``workers``."""
+    import multiprocessing
+
+    import analysis
+
+    f = _write(tmp_path / "t.json", _timeline(2, n_ops=40))
+    asked = []
+    monkeypatch.setattr(_split, "read_parts", lambda path, workers, part: asked.append(workers))
+    monkeypatch.setattr(_split, "MIN_PART_BYTES", f.stat().st_size // 2)
+    monkeypatch.setattr("analysis.scale.default_workers", lambda: 6)
+    expected = analysis.read(f, cache=False, workers=1)
+    assert asked == [1]
+    analysis.read(f, cache=False)
+    analysis.read_many([f], cache=False)
+    assert asked == [1, 6, 6]
+    with monkeypatch.context() as m:
+        m.setattr(multiprocessing, "parent_process", lambda: object())  # in a worker
+        analysis.read(f, cache=False)
+    monkeypatch.setattr(_split, "MIN_PART_BYTES", f.stat().st_size)  # too small to split
+    analysis.read(f, cache=False)
+    assert asked == [1, 6, 6, 1, 1]
+    monkeypatch.undo()
+    first = analysis.read(f, cache=True, workers=3)
+    again = analysis.read(f, cache=True, workers=1)  # a cache hit: the same frame
+    pd.testing.assert_frame_equal(first, again)
+    pd.testing.assert_frame_equal(expected, again)
