@@ -368,7 +368,7 @@ class TimeOrder:
                  refine: Callable[[np.ndarray, np.ndarray], None] | None = None) -> None:
         n = start.size
         order = np.argsort(start, kind="stable")
-        start.sort(kind="stable")  # the same values; a merge sort uses the runs traces have
+        start[:] = start[order]  # a gather: a tenth of sorting the values again
         if refine is not None:
             refine(order, start)
         dtype = np.int32 if n < 2**31 else np.int64

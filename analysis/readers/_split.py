@@ -13,12 +13,18 @@ both sides of it) or whose state the merge cannot carry across a cut makes the r
 the whole file serially, so a damaged file gets exactly the serial read's recovery and
 warning. A gzipped file cannot be entered in the middle: it is always read serially.
 
-The parts' results travel as pickled NumPy arrays (whole buffers, never row by row); the
-first part is read in the calling process while the others run in forked workers.
+The first part is read in the calling process while the others run in forked workers. A
+worker's result travels through shared memory: its arrays' buffers are written, out of
+band of the pickle (protocol 5), to a file in ``/dev/shm`` from which the caller reads each
+array straight into memory of its own: arrays are neither pickled row by row nor pushed
+through a pipe, and each is freed when the frame building has placed it.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,13 +52,81 @@ def read_parts(path: Path, workers: int, part: Callable[[Path, _chrome.Split, in
     from analysis.scale import _pool
 
     n = len(split.parts)
+    shipped: list[tuple[bytes, str, list]] = []
     try:
         with _pool(n - 1) as pool:
-            futures = [pool.submit(part, path, split, i) for i in range(1, n)]
-            first = part(path, split, 0)
-            return [first] + [f.result() for f in futures]
+            futures = [pool.submit(_shipped, part, path, split, i) for i in range(1, n)]
+            try:
+                first = part(path, split, 0)
+            finally:
+                for f in futures:  # every file a worker wrote is collected, to be removed
+                    try:
+                        shipped.append(f.result())
+                    except Exception:
+                        pass
+        if len(shipped) != n - 1:
+            return None
+        return [first] + [_received(*s) for s in shipped]
     except Exception:
         return None
+    finally:
+        for _, name, _ in shipped:
+            _remove(name)
+
+
+def _shm_dir() -> str | None:
+    """Shared memory's file system when there is one (Linux), else the temporary directory."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _shipped(part: Callable[[Path, _chrome.Split, int], Any], path: Path, split: _chrome.Split,
+             index: int) -> tuple[bytes, str, list[tuple[int, int]]]:
+    """``part(path, split, index)`` in a worker, sent back as the pickle of its structure
+    and a shared-memory file of its arrays' buffers, one after the other; returns the
+    pickle, the file's name and each buffer's ``(offset, length)``."""
+    result = part(path, split, index)
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
+    fd, name = tempfile.mkstemp(prefix="scalescope-part-", suffix=".bin", dir=_shm_dir())
+    layout = []
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            at = 0
+            for buf in buffers:
+                raw = buf.raw()
+                layout.append((at, raw.nbytes))
+                fh.write(raw)
+                at += raw.nbytes
+    except BaseException:
+        _remove(name)
+        raise
+    return head, name, layout
+
+
+def _received(head: bytes, name: str, layout: list[tuple[int, int]]) -> Any:
+    """The result :func:`_shipped` sent: each array read from the file into memory of its
+    own (one copy, freed with the array; mapping the pages instead made the frame building
+    that touches them slower than the copy costs)."""
+    buffers = []
+    with open(name, "rb", buffering=0) as fh:
+        for _, n in layout:
+            buf = bytearray(n)
+            with memoryview(buf) as view:
+                got = 0
+                while got < n:  # one read returns at most about 2 GiB
+                    k = fh.readinto(view[got:])
+                    if not k:
+                        raise OSError(f"{name}: shorter than its layout")
+                    got += k
+            buffers.append(buf)
+    return pickle.loads(head, buffers=buffers)
+
+
+def _remove(name: str) -> None:
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
 
 
 def clean(damage: _chrome.Damage) -> bool:
