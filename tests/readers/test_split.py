@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -244,11 +245,47 @@ def test_the_process_pool_reads_one_file_in_parts(mod, tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(_split, "read_parts", spy)
+    shm = Path(_split._shm_dir() or tempfile.gettempdir())
+    before = set(shm.glob("scalescope-part-*"))
     expected, w_expected = _caught(mod.read, f, workers=1)
     got, w_got = _caught(mod.read, f, workers=3)
     assert used == [None, 3]  # workers=1 never splits; workers=3 read three parts
     pd.testing.assert_frame_equal(expected, got)
     assert w_got == w_expected
+    assert set(shm.glob("scalescope-part-*")) == before  # the workers' files are removed
+
+
+_REAL_PART = horovod._part
+
+
+def _first_part_fails(path, split, index):  # module level: the pool pickles it by name
+    if index == 0:
+        raise MemoryError("the calling process ran out of memory")
+    return _REAL_PART(path, split, index)
+
+
+def test_a_failing_part_leaves_the_serial_read_and_no_files(tmp_path, monkeypatch):
+    """The first part fails in the calling process after the workers wrote theirs: the
+    file is read serially and the workers' files are removed."""
+    f = _write(tmp_path / "t.json", _timeline(5, n_tensors=4, n_ops=30))
+    monkeypatch.setattr(_split, "MIN_PART_BYTES", 1)
+    monkeypatch.setattr(horovod, "_part", _first_part_fails)
+    removed = []
+    real = _split._remove
+
+    def spy(name):  # runs here, in the calling process
+        removed.append(name)
+        real(name)
+
+    monkeypatch.setattr(_split, "_remove", spy)
+    shm = Path(_split._shm_dir() or tempfile.gettempdir())
+    before = set(shm.glob("scalescope-part-*"))
+    expected, w_expected = _caught(horovod.read, f, workers=1)
+    got, w_got = _caught(horovod.read, f, workers=3)
+    pd.testing.assert_frame_equal(expected, got)
+    assert w_got == w_expected
+    assert len(removed) == 2  # the two workers' parts were written, then removed
+    assert set(shm.glob("scalescope-part-*")) == before
 
 
 def test_gzip_and_small_files_are_not_split(tmp_path):
