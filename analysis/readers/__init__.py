@@ -554,7 +554,7 @@ def read_many(
                     continue
             if REGISTRY[fmt].kind != kind:
                 continue
-            jobs.append((partial(read, format=fmt, cache=cache), f))
+            jobs.append((partial(read, format=fmt, cache=cache, workers=1), f))
     n = scale.pool_workers(workers, n_tasks=len(jobs), n_bytes=sum(scale.input_bytes(p) for _, p in jobs))
     if len(jobs) == 1 and getattr(jobs[0][0], "func", None) is read:  # one file: read in parts
         frames = [jobs[0][0](jobs[0][1], workers=workers)]

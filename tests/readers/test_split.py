@@ -326,6 +326,16 @@ def test_analysis_read_splits_large_files_by_default(tmp_path, monkeypatch):
     monkeypatch.setattr(_split, "MIN_PART_BYTES", f.stat().st_size)  # too small to split
     analysis.read(f, cache=False)
     assert asked == [1, 6, 6, 1, 1]
+    monkeypatch.setattr(_split, "MIN_PART_BYTES", f.stat().st_size // 2)
+    del asked[:]
+    from analysis import scale
+
+    g = _write(tmp_path / "u.json", _timeline(3, n_ops=40))
+    scale.read_files([f], workers=4)  # one file: in parts
+    scale.read_files([f, g], workers=1)  # several: each file by one process
+    analysis.read_many([f, g], cache=False, workers=1)
+    scale.reduce_files([f], horovod.dedupe_fused, cache=False)
+    assert asked == [4, 1, 1, 1, 1, 6]
     monkeypatch.undo()
     first = analysis.read(f, cache=True, workers=3)
     again = analysis.read(f, cache=True, workers=1)  # a cache hit: the same frame
