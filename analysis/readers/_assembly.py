@@ -80,6 +80,34 @@ def release_freed_memory() -> None:
         _TRIM(0)
 
 
+def concurrently(*calls: Callable[[], Any]) -> list[Any]:
+    """``[call() for call in calls]``, the first here and the others in threads of their
+    own, at the same time: for frame building steps that spend their time in NumPy
+    (sorting, scattering into columns), which releases the GIL, on columns of their own.
+    Results in the order of ``calls``; the first exception (in that order) is raised."""
+    import threading
+
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # raised again below, in the caller's thread
+            errors[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, len(calls))]
+    for t in threads:
+        t.start()
+    run(0)
+    for t in threads:
+        t.join()
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results
+
+
 def lazy_zeros(n: int, dtype) -> np.ndarray:
     """A writable array of ``n`` zeros whose memory is not resident until written.
 
@@ -365,9 +393,11 @@ class TimeOrder:
     """
 
     def __init__(self, start: np.ndarray,
-                 refine: Callable[[np.ndarray, np.ndarray], None] | None = None) -> None:
+                 refine: Callable[[np.ndarray, np.ndarray], None] | None = None,
+                 order: np.ndarray | None = None) -> None:
         n = start.size
-        order = np.argsort(start, kind="stable")
+        if order is None:  # else given: ``np.argsort(start, kind="stable")``
+            order = np.argsort(start, kind="stable")
         start[:] = start[order]  # a gather: a tenth of sorting the values again
         if refine is not None:
             refine(order, start)
@@ -612,13 +642,14 @@ class Assembler:
         release_freed_memory()  # what parsing freed, before the row-length arrays
         start_arr = concat_pieces([p for g in self.groups for p in self.pieces[g].pop(start, [])],
                                   np.int64)
-        refine = None
-        if tie_key is not None:
+        refine = order = None
+        if tie_key is not None:  # the tie keys' work while NumPy sorts in another thread
             firsts = [self._first(g) for g in self.groups]
             keys = [self.pieces[g].pop(tie_key, None) for g in self.groups]
-            refine = _TieKey(start_arr, firsts, keys)
-        self._order = TimeOrder(start_arr, refine=refine)
-        del refine
+            refine, order = concurrently(lambda: _TieKey(start_arr, firsts, keys),
+                                         lambda: np.argsort(start_arr, kind="stable"))
+        self._order = TimeOrder(start_arr, refine=refine, order=order)
+        del refine, order
         if offset:
             start_arr += offset
         return start_arr

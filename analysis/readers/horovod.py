@@ -60,6 +60,7 @@ from collections import Counter
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -521,15 +522,19 @@ class _Stream:
 
     def _track_benign(self, pair_pid: np.ndarray, e_pos: np.ndarray, flag: np.ndarray) -> None:
         """Record, per pid, whether its last closed span was a barrier/join negotiation."""
+        if not flag.any():  # no barrier or join closed here: every pid's last was another
+            u = np.unique(pair_pid).tolist()
+            self.benign_pids.difference_update(u)
+            if self.part is not None:
+                self.part.closed.update(dict.fromkeys(u, False))
+            return
         o = np.argsort(e_pos)[::-1]  # latest closure first
         u, first = np.unique(pair_pid[o], return_index=True)
-        for p, f in zip(u.tolist(), flag[o][first].tolist(), strict=True):
-            if f:
-                self.benign_pids.add(p)
-            else:
-                self.benign_pids.discard(p)
-            if self.part is not None:
-                self.part.closed[p] = f
+        last = flag[o][first]
+        self.benign_pids.update(u[last].tolist())
+        self.benign_pids.difference_update(u[~last].tolist())
+        if self.part is not None:
+            self.part.closed.update(zip(u.tolist(), last.tolist(), strict=True))
 
     def _orphans(self, comb: dict, nc: int, be: np.ndarray,
                  payload: tuple[np.ndarray, np.ndarray]) -> None:
@@ -851,10 +856,29 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
                        negative=("NEGOTIATE", "<unnamed>"))
     start = rows.order("start", tie_key="rec",
                        offset=st.epoch_us * 1000 if st.epoch_us is not None else 0)
+    # two sets of columns built at once (NumPy scatters them without the GIL)
+    (dur, name, kind, cat, rank), (nbytes, nbytes_na, tensor) = _assembly.concurrently(
+        lambda: _row_columns(rows, names, st.names.props), lambda: _payload_columns(rows, st))
+    return rows.events(
+        run_id=run_id,
+        rank=rank,
+        name=_assembly.categorical(name, names.kept),
+        kind=_assembly.from_codes(kind, list(_KIND), inplace=True),
+        cat=_assembly.from_codes(cat, list(_CAT), inplace=True),
+        start_ns=start,
+        dur_ns=dur,
+        bytes=pd.arrays.IntegerArray(nbytes, nbytes_na),
+        tensor=tensor,
+        source=NAME,
+    )
+
+
+def _row_columns(rows: _assembly.Assembler, names: _assembly.Codes, props: dict,
+                 ) -> tuple[np.ndarray, ...]:
+    """``dur``, ``name``, ``kind``, ``cat`` and ``rank`` in time order."""
     dur = rows.empty(np.int64)
     rows.place(dur, "spans", ("dur",))
     rows.fill(dur, ("ticks", "other", "inst"), 0)
-    props = st.names.props
     name, kind, cat = rows.empty(names.dtype), rows.empty(np.int8), rows.empty(np.int8)
     rows.place((name, kind, cat), "spans", ("name", "top"),
                lambda x, top: (names(x), *_span_kind_cat(props, x, top)))
@@ -868,6 +892,11 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
     rank = rows.empty(np.int32)
     rows.place(rank, "ticks", ("rank",))
     rows.fill(rank, ("spans", "other", "inst"), 0)
+    return dur, name, kind, cat, rank
+
+
+def _payload_columns(rows: _assembly.Assembler, st: _Stream) -> tuple[Any, ...]:
+    """``bytes`` (values and missing-mask) and ``tensor`` (None without tensor names)."""
     nbytes, nbytes_na = rows.sparse("bytes", np.int64)
     tensor = None
     if st.tensors:  # tensor names by pid
@@ -875,18 +904,7 @@ def _build(st: _Stream, run_id: str) -> pd.DataFrame:
         tensors = rows.codes("pid", lookup.categories, convert=lookup)
         tensor = _assembly.categorical(rows.column("pid", tensors.dtype, fn=tensors),
                                        tensors.kept)
-    return rows.events(
-        run_id=run_id,
-        rank=rank,
-        name=_assembly.categorical(name, names.kept),
-        kind=_assembly.from_codes(kind, list(_KIND), inplace=True),
-        cat=_assembly.from_codes(cat, list(_CAT), inplace=True),
-        start_ns=start,
-        dur_ns=dur,
-        bytes=pd.arrays.IntegerArray(nbytes, nbytes_na),
-        tensor=tensor,
-        source=NAME,
-    )
+    return nbytes, nbytes_na, tensor
 
 
 def _span_kind_cat(props: dict, x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, ...]:
