@@ -765,29 +765,39 @@ def _reduce_run_caught(one: Any, *, metric: Callable[..., pd.DataFrame], options
 
 
 def _run_key(path: str, run_id: str) -> str:
-    """Cache key of one run's events: its files' names, sizes and mtimes."""
-    from analysis.readers import CACHE_VERSION
+    """Cache key of one run's events: every file's name and fingerprint (size, mtime and
+    ctime, inode, a digest of its first and last 64 KiB: the parse cache's own test, so a
+    rewrite with the same size and a restored mtime still changes the key)."""
+    from analysis.readers import CACHE_VERSION, _fingerprint
 
     parts = [str(Path(path).resolve()), run_id, str(CACHE_VERSION)]
     for f in sorted(Path(path).rglob("*")):
         if f.is_file():
-            st = f.stat()
-            parts.append(f"{f.relative_to(path)}:{st.st_size}:{st.st_mtime_ns}")
+            parts.append(f"{f.relative_to(path)}:{sorted(_fingerprint(f).items())}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
 def _run_parquet(one: Any) -> pd.DataFrame:
-    """Writes one run's events to the Parquet cache (unless there); returns its path."""
+    """Writes one run's events to the Parquet cache (unless a readable entry is there; a
+    damaged one is written again, with a warning); returns its path."""
+    import pyarrow.parquet as pq
+
     from analysis.readers import cache_dir
 
     path, run_id = str(one.runs["path"].iloc[0]), str(one.runs["run_id"].iloc[0])
     out = cache_dir() / "runs" / f"{_run_key(path, run_id)}.parquet"
-    if not out.exists():
-        df = one.events
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        df.to_parquet(tmp, index=False, compression="lz4")
-        os.replace(tmp, out)
+    if out.exists():
+        try:
+            pq.read_metadata(out)
+            return pd.DataFrame({"path": [str(out)]})
+        except Exception as exc:  # truncated or not Parquet: never trusted
+            warnings.warn(f"run cache entry {out} is unreadable ({type(exc).__name__}); the run "
+                          "is read again", stacklevel=2)
+    df = one.events
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    df.to_parquet(tmp, index=False, compression="lz4")
+    os.replace(tmp, out)
     return pd.DataFrame({"path": [str(out)]})
 
 
@@ -795,7 +805,7 @@ def dask_events(runset: Any) -> Any:
     """A Dask DataFrame over the events of a RunSet's usable runs, one partition per run.
 
     Each run's events are read on a worker of ``runset.client`` and written once to the
-    Parquet cache (``$SCALESCOPE_CACHE/runs``, keyed by the run's files, sizes and mtimes);
+    Parquet cache (``$SCALESCOPE_CACHE/runs``, keyed by the fingerprints of the run's files);
     the frame reads them from there lazily. On a cluster the workers and the notebook must
     see the same cache directory (a shared file system).
     """

@@ -260,3 +260,34 @@ def test_a_progress_bar_changes_nothing(files, monkeypatch, capsys):
     for a, b in zip(frames, scale.read_files(files[:3], workers=2), strict=True):
         pd.testing.assert_frame_equal(b, a)
     assert "reading" in capsys.readouterr().err  # the bar was drawn (on stderr)
+
+
+def test_the_run_cache_cannot_outlive_a_rewrite_and_is_rewritten_when_damaged(sweep, tmp_path):
+    """``dask_events``' per-run Parquet entries: keyed by the files' fingerprints (a rewrite
+    with the same size and a restored mtime changes the key), and a damaged entry is not
+    trusted."""
+    import os
+    import shutil
+
+    exp, ids, RunSet = sweep
+    run = tmp_path / "run"
+    shutil.copytree(exp / ids[2], run)
+    before = scale._run_key(str(run), "r")
+    trace = sorted(run.glob("rank-*.trace.json"))[0]
+    st = trace.stat()
+    text = trace.read_bytes()
+    trace.write_bytes(text[:-40] + b" " * 40)  # same size, other content
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime restored
+    assert trace.stat().st_size == st.st_size and trace.stat().st_mtime_ns == st.st_mtime_ns
+    assert scale._run_key(str(run), "r") != before
+    trace.write_bytes(text)
+
+    one = RunSet.from_dirs([exp], workers=1).filter(run_id=ids[2]).split()[0]
+    entry = scale._run_parquet(one)["path"].iloc[0]
+    good = pd.read_parquet(entry)
+    with open(entry, "r+b") as fh:  # cut the entry short
+        fh.truncate(os.path.getsize(entry) // 2)
+    with pytest.warns(UserWarning, match="unreadable"):
+        again = scale._run_parquet(one)["path"].iloc[0]
+    assert again == entry
+    pd.testing.assert_frame_equal(pd.read_parquet(again), good)
