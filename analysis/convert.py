@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import readers
-from analysis.errors import ScalescopeError
+from analysis.errors import ScalescopeError, recording
 
 
 def _write(df: pd.DataFrame, dest: Path, to: str) -> Path:
@@ -52,8 +51,7 @@ def main(paths: list[str], *, to: str = "parquet", out: str | None = None, forma
     failures = 0
     for p in paths:
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with recording() as caught:
                 written = convert_one(p, to=to, out=out, format=format)
             for w in caught:
                 print(f"warning: {w.message}", file=sys.stderr)

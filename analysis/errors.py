@@ -4,7 +4,27 @@ problem) or warns with :class:`RecoveryWarning` (saying what was dropped) -- nev
 
 from __future__ import annotations
 
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from os import PathLike
+
+#: One warning recorder at a time per process: ``warnings.catch_warnings`` swaps the
+#: process-wide warning state, so two threads recording at once would take each other's
+#: warnings or lose them (a Dask cluster of threads runs tasks in threads of one process).
+_RECORDING = threading.RLock()
+
+
+@contextmanager
+def recording() -> Iterator[list[warnings.WarningMessage]]:
+    """``warnings.catch_warnings(record=True)`` showing every warning ("always"), held by
+    one thread of the process at a time (re-entrant); yields the list of caught warnings.
+    Every place that records warnings to hand them on (the parse cache, pool and Dask
+    tasks) records through this, so that a task's warnings are its own."""
+    with _RECORDING, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
 
 
 class ScalescopeError(Exception):

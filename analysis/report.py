@@ -22,7 +22,7 @@ import pandas as pd
 
 from analysis import metrics as M
 from analysis import plots as P
-from analysis.errors import ScalescopeError
+from analysis.errors import ScalescopeError, recording
 from analysis.export import NO_BROWSER, export_many, export_table, find_browser
 from analysis.runset import RunSet
 
@@ -710,8 +710,7 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
     out = Path(out_dir) if out_dir is not None else Path(dirs[0]) / "report"
     out.mkdir(parents=True, exist_ok=True)
     export_dir = out / "export"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recording() as caught:
         rs = RunSet.from_dirs(dirs)
         for run_id, text in rs.runs[["run_id", "comm_warnings"]].dropna().itertuples(index=False):
             warnings.warn(f"{run_id}: {text}", UserWarning, stacklevel=1)  # NCCL WARN lines, sockets despite IB

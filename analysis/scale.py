@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
+from analysis.errors import recording
 
 #: Marks a frame without rows in :func:`to_ipc` (an Arrow stream starts with 0xFFFFFFFF).
 _EMPTY = b"scalescope-empty-frame\n"
@@ -106,8 +107,7 @@ class WithExtra(tuple):
 def _task(func: Callable[[Any], pd.DataFrame], item: Any) -> tuple[bytes, list[tuple[type, str]], Any]:
     """``func(item)`` in a worker: the frame as Arrow IPC, the warnings it raised, and the
     extra value of a :class:`WithExtra` result (None otherwise)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recording() as caught:
         try:
             out = func(item)
         except Exception as exc:
@@ -550,8 +550,7 @@ class _PartError(Exception):
 def _caught(func: Callable[[], Any]) -> tuple[Any, list[tuple[type, str]], tuple[str, Any] | None]:
     """``func()``, the warnings it raised, and the problem and path of its exception (then
     the result is None): serial reading notes any exception as the run's damage."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recording() as caught:
         try:
             out, error = func(), None
         except Exception as exc:
@@ -606,8 +605,7 @@ def _reduce_part(item: tuple[Any, str, str, bool], *, metric: Callable[..., pd.D
         return WithExtra((pd.DataFrame(), extra))
     if len(events):
         events["run_id"] = schema._as_category(np.full(len(events), run_id, dtype=object), len(events))
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
+    with recording() as got:
         table = metric(events, **options)
     extra["metric"], extra["n"] = [(w.category, str(w.message)) for w in got], 1
     return WithExtra((table, extra))
@@ -758,8 +756,7 @@ def _needs_whole(parts: Any, results: list[tuple[pd.DataFrame, dict]], timeline_
 
 def _reduce_run_caught(one: Any, *, metric: Callable[..., pd.DataFrame], options: dict) -> WithExtra:
     """:func:`_reduce_run` with its warnings kept beside its damage (raised again in order)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recording() as caught:
         out = metric(one.events, **options)
     return WithExtra((out, (one.damage_records(), [(w.category, str(w.message)) for w in caught])))
 

@@ -34,6 +34,7 @@ from analysis.errors import (
     ScalescopeError,
     SchemaError,
     UnknownFormatError,
+    recording,
 )
 
 #: Bumped whenever any reader's output changes, so cached Parquet files are not reused.
@@ -343,8 +344,7 @@ def read(
     hit = _cache_lookup(slot, ident, reader)
     if hit is not None:
         return hit
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recording() as caught:
         df = _parse(path, reader, run_id, options)
     recorded = [[w.category.__name__, str(w.message)] for w in caught]
     for w in caught:  # the caller sees them as if nothing had been recorded

@@ -121,3 +121,54 @@ def test_warnings_of_a_damaged_file_are_replayed_on_cached_reads(trace):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pd.testing.assert_frame_equal(df, _fresh(trace))
+
+
+def test_threads_reading_at_once_keep_their_own_warnings(tmp_path, monkeypatch):
+    """The cache records a parse's warnings to replay them; ``warnings.catch_warnings`` is
+    process-wide, so a second thread parsing at the same moment must not leak its warning
+    into the first one's record (a Dask cluster of threads reads in threads)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from analysis import readers
+    from analysis.schema import make_events
+
+    a_warned, b_warned = threading.Event(), threading.Event()
+
+    def read(path, *, run_id=None):
+        # without one recorder at a time, b records while a parses and a's warning,
+        # given while b's recorder is the process's, lands in b's record
+        if path.name == "a.bin":
+            b_warned.wait(0.5)
+            warnings.warn(f"{path.name}: damaged", RecoveryWarning, stacklevel=2)
+            a_warned.set()
+        else:
+            warnings.warn(f"{path.name}: damaged", RecoveryWarning, stacklevel=2)
+            b_warned.set()
+            a_warned.wait(0.5)
+        return make_events(name=["x"], kind="compute", start_ns=[1], dur_ns=[1], source="t")
+
+    monkeypatch.setitem(readers.REGISTRY, "threads_test",
+                        readers.Reader("threads_test", lambda p: False, read))
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    a.write_bytes(b"a" * 100)
+    b.write_bytes(b"b" * 100)
+
+    def one(path):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            analysis.read(path, "threads_test", cache=True)
+        return [str(w.message) for w in caught]
+
+    # the threads record nothing themselves (catch_warnings is not theirs to use); what the
+    # library replays after each parse lands here, unchecked
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with ThreadPoolExecutor(2) as pool:
+            fa = pool.submit(analysis.read, a, "threads_test", cache=True)
+            time.sleep(0.05)
+            fb = pool.submit(analysis.read, b, "threads_test", cache=True)
+            fa.result(), fb.result()
+    for path in (a, b):  # the cached entries replay exactly their own file's warning
+        assert one(path) == [f"{path.name}: damaged"]
