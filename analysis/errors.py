@@ -4,6 +4,7 @@ problem) or warns with :class:`RecoveryWarning` (saying what was dropped) -- nev
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -14,6 +15,17 @@ from os import PathLike
 #: process-wide warning state, so two threads recording at once would take each other's
 #: warnings or lose them (a Dask cluster of threads runs tasks in threads of one process).
 _RECORDING = threading.RLock()
+
+
+def _new_lock_in_child() -> None:
+    # a process forked while another thread records starts with a lock of its own (the
+    # inherited one would stay held by a thread the child does not have)
+    global _RECORDING
+    _RECORDING = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 @contextmanager

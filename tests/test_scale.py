@@ -291,3 +291,35 @@ def test_the_run_cache_cannot_outlive_a_rewrite_and_is_rewritten_when_damaged(sw
         again = scale._run_parquet(one)["path"].iloc[0]
     assert again == entry
     pd.testing.assert_frame_equal(pd.read_parquet(again), good)
+
+
+def test_a_process_forked_while_another_thread_records_warnings_can_record():
+    """Pools fork: a child must not inherit the warning recorder's lock held by a thread
+    it does not have (it would wait forever in its first task)."""
+    import os
+    import threading
+
+    from analysis import errors
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    holding, done = threading.Event(), threading.Event()
+
+    def record():
+        with errors.recording():
+            holding.set()
+            done.wait(10)
+
+    t = threading.Thread(target=record)
+    t.start()
+    holding.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: record once, within a second
+            ok = errors._RECORDING.acquire(timeout=1)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        done.set()
+        t.join()
+    assert os.waitstatus_to_exitcode(status) == 0
