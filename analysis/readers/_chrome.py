@@ -541,10 +541,11 @@ class Split:
     parts: list[tuple[int, int | None]]
 
 
-def plan_split(path: Path, parts: int, *, min_part_bytes: int) -> Split | None:
+def plan_split(path: Path, parts: int, *, min_part_bytes: int, lead: float = 0.0) -> Split | None:
     """Cut ``path`` into at most ``parts`` parts of at least ``min_part_bytes``; None when
     the file is gzipped (a stream cannot be entered in the middle), too small for two parts,
-    or not a trace this module can read (the serial read then says why)."""
+    or not a trace this module can read (the serial read then says why). ``lead``: the
+    first part is that much (a fraction of a part) larger, the last that much smaller."""
     fh = open_binary(path)
     with fh:
         size = os.fstat(fh.fileno()).st_size
@@ -578,7 +579,7 @@ def plan_split(path: Path, parts: int, *, min_part_bytes: int) -> Split | None:
         cuts = []
         lo = first
         for i in range(1, parts):
-            at = max(first + (size - first) * i // parts, lo)
+            at = max(first + int((size - first) * (i + lead) / parts), lo)
             fh.seek(at)
             m = _CUT.search(fh.read(CUT_WINDOW))
             if m is None:
