@@ -15,9 +15,10 @@ warning. A gzipped file cannot be entered in the middle: it is always read seria
 
 The first part is read in the calling process while the others run in forked workers. A
 worker's result travels through shared memory: its arrays' buffers are written, out of
-band of the pickle (protocol 5), to a file in ``/dev/shm`` from which the caller reads each
-array straight into memory of its own: arrays are neither pickled row by row nor pushed
-through a pipe, and each is freed when the frame building has placed it.
+band of the pickle (protocol 5), to a file in ``/dev/shm`` (the temporary directory when
+that has not room for them) from which the caller reads each array straight into memory
+of its own: arrays are neither pickled row by row nor pushed through a pipe, and each is
+freed when the frame building has placed it.
 """
 
 from __future__ import annotations
@@ -78,9 +79,16 @@ def read_parts(path: Path, workers: int, part: Callable[[Path, _chrome.Split, in
             _remove(name)
 
 
-def _shm_dir() -> str | None:
-    """Shared memory's file system when there is one (Linux), else the temporary directory."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def _shm_dir(need: int = 0) -> str | None:
+    """Shared memory's file system when there is one (Linux) with ``need`` bytes free (a
+    container's is often 64 MiB), else None: the temporary directory."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    if not os.access("/dev/shm", os.W_OK) or st.f_bavail * st.f_frsize < need + (16 << 20):
+        return None
+    return "/dev/shm"
 
 
 def _shipped(part: Callable[[Path, _chrome.Split, int], Any], path: Path, split: _chrome.Split,
@@ -91,7 +99,8 @@ def _shipped(part: Callable[[Path, _chrome.Split, int], Any], path: Path, split:
     result = part(path, split, index)
     buffers: list[pickle.PickleBuffer] = []
     head = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
-    fd, name = tempfile.mkstemp(prefix="scalescope-part-", suffix=".bin", dir=_shm_dir())
+    need = sum(buf.raw().nbytes for buf in buffers)
+    fd, name = tempfile.mkstemp(prefix="scalescope-part-", suffix=".bin", dir=_shm_dir(need))
     layout = []
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -341,3 +341,23 @@ def test_analysis_read_splits_large_files_by_default(tmp_path, monkeypatch):
     again = analysis.read(f, cache=True, workers=1)  # a cache hit: the same frame
     pd.testing.assert_frame_equal(first, again)
     pd.testing.assert_frame_equal(expected, again)
+
+
+def test_parts_go_through_the_temporary_directory_when_shared_memory_is_small(tmp_path, monkeypatch):
+    """A container's /dev/shm is often 64 MiB: a part that does not fit goes through the
+    temporary directory instead (and the frame is the same)."""
+    f = _write(tmp_path / "t.json", _timeline(6, n_tensors=4, n_ops=30))
+    monkeypatch.setattr(_split, "MIN_PART_BYTES", 1)
+    assert _split._shm_dir(1 << 60) is None  # no file system has an exabyte free
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    real = _split._shm_dir
+    monkeypatch.setattr(_split, "_shm_dir", lambda need=0: real(need + (1 << 60)))
+    removed = []
+    real_remove = _split._remove
+    monkeypatch.setattr(_split, "_remove", lambda name: (removed.append(name), real_remove(name)))
+    expected = horovod.read(f, workers=1)
+    got = horovod.read(f, workers=2)
+    pd.testing.assert_frame_equal(expected, got)
+    assert len(removed) == 1 and Path(removed[0]).parent == tmp_path / "tmp"
+    assert not list((tmp_path / "tmp").glob("scalescope-part-*"))  # removed after use
