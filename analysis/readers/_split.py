@@ -27,6 +27,7 @@ import os
 import pickle
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,26 +58,36 @@ def read_parts(path: Path, workers: int, part: Callable[[Path, _chrome.Split, in
     from analysis.scale import _pool
 
     n = len(split.parts)
-    shipped: list[tuple[bytes, str, list]] = []
+    got: list[Any] = [None] * (n - 1)
     try:
         with _pool(n - 1) as pool:
             futures = [pool.submit(_shipped, part, path, split, i) for i in range(1, n)]
-            try:
-                first = part(path, split, 0)
-            finally:
-                for f in futures:  # every file a worker wrote is collected, to be removed
-                    try:
-                        shipped.append(f.result())
-                    except Exception:
-                        pass
-        if len(shipped) != n - 1:
+            for i, f in enumerate(futures):  # read back as soon as a worker is done
+                f.add_done_callback(partial(_take_back, got, i))
+            first = part(path, split, 0)
+        # leaving the pool waited for every worker and for their parts to be read back
+        if any(r is None or isinstance(r, BaseException) for r in got):
             return None
-        return [first] + [_received(*s) for s in shipped]
+        return [first, *got]
     except Exception:
         return None
+
+
+def _take_back(got: list[Any], i: int, future: Any) -> None:
+    """Read worker ``i``'s part back (in the pool's result thread, while this process may
+    still be decoding its own part; the copy from the file releases the GIL) and remove its
+    file; ``got[i]`` becomes the part, or the exception that lost it."""
+    try:
+        head, name, layout = future.result()
+    except BaseException as exc:  # the worker failed: its part is lost, no file is left
+        got[i] = exc
+        return
+    try:
+        got[i] = _received(head, name, layout)
+    except BaseException as exc:
+        got[i] = exc
     finally:
-        for _, name, _ in shipped:
-            _remove(name)
+        _remove(name)
 
 
 def _shm_dir(need: int = 0) -> str | None:
