@@ -655,25 +655,38 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _load_events(runset: Any) -> pd.DataFrame:
-    from analysis.readers.scalescope import TIMELINE, join_run_frames
-
-    rows = runset._runs_to_read("events")
-    plans = _plan(runset, rows)
+def _rank_tasks(runset: Any, rows: list, plans: dict[str, Any],
+                items_of: Callable[[Any, Any], list[tuple]], task: Callable[[Any], Any],
+                label: str) -> dict[str, list[tuple[Any, Any]]]:
+    """``task`` on every item ``items_of(parts, row)`` gives for the runs that planned
+    (an item starts with the run's parts and a file name in it, the task's cost); the
+    ``(result, extra)`` pairs by ``run_id``, in item order."""
     items, owners = [], []
     for row in rows:
         parts = plans[row.run_id]
         if isinstance(parts, Exception):
             continue
-        names = [*parts.traces, *([TIMELINE] if parts.timeline else [])]
-        items += [(parts, name) for name in names]
-        owners += [row.run_id] * len(names)
+        mine = items_of(parts, row)
+        items += mine
+        owners += [row.run_id] * len(mine)
     extras: list = []
-    frames = run_tasks(_read_part, items, label="reading ranks", extras=extras,
-                       cost=[_size(parts.path / name) for parts, name in items], **_engine(runset))
+    out = run_tasks(task, items, label=label, extras=extras,
+                    cost=[_size(item[0].path / item[1]) for item in items], **_engine(runset))
     results: dict[str, list] = {}
-    for run_id, frame, extra in zip(owners, frames, extras, strict=True):
-        results.setdefault(run_id, []).append((frame, extra))
+    for run_id, value, extra in zip(owners, out, extras, strict=True):
+        results.setdefault(run_id, []).append((value, extra))
+    return results
+
+
+def _load_events(runset: Any) -> pd.DataFrame:
+    from analysis.readers.scalescope import TIMELINE, join_run_frames
+
+    rows = runset._runs_to_read("events")
+    plans = _plan(runset, rows)
+    results = _rank_tasks(
+        runset, rows, plans,
+        lambda parts, row: [(parts, name) for name in [*parts.traces, *([TIMELINE] if parts.timeline else [])]],
+        _read_part, "reading ranks")
 
     def joined(row: Any) -> pd.DataFrame:
         done = _replay_run(plans[row.run_id], results.get(row.run_id, []))
@@ -689,26 +702,19 @@ def _per_rank(runset: Any, metric: Callable[..., pd.DataFrame], timeline_rank: i
 
     rows = sorted(runset._runs_to_read("events"), key=lambda row: str(row.run_id))
     plans = _plan(runset, rows)
-    items, owners = [], []
-    for row in rows:
-        parts = plans[row.run_id]
-        if isinstance(parts, Exception):
-            continue
+
+    def items_of(parts: Any, row: Any) -> list[tuple]:
         carrier = None
         if parts.timeline and timeline_rank is not None:
             carrier = next((name for name in parts.traces if name.split(".")[0] == f"rank-{timeline_rank:05d}"), None)
-        for name in parts.traces:
-            items.append((parts, name, row.run_id, name == carrier))
+        items = [(parts, name, row.run_id, name == carrier) for name in parts.traces]
         if parts.timeline and carrier is None:
             items.append((parts, TIMELINE, row.run_id, False))
-        owners += [row.run_id] * (len(items) - len(owners))
-    extras: list = []
-    tables = run_tasks(partial(_reduce_part, metric=metric, options=options), items,
-                       label=getattr(metric, "__name__", "ranks"), extras=extras,
-                       cost=[_size(parts.path / name) for parts, name, _, _ in items], **_engine(runset))
-    results: dict[str, list] = {}
-    for run_id, table, extra in zip(owners, tables, extras, strict=True):
-        results.setdefault(run_id, []).append((table, extra))
+        return items
+
+    results = _rank_tasks(runset, rows, plans, items_of,
+                          partial(_reduce_part, metric=metric, options=options),
+                          getattr(metric, "__name__", "ranks"))
     # a run whose ranks do not split cleanly is reduced whole, as before (exact, rare)
     whole = [row for row in rows if _needs_whole(plans[row.run_id], results.get(row.run_id, []), timeline_rank)]
     fallback: dict[str, tuple] = {}

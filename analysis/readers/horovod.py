@@ -258,6 +258,21 @@ def _match_loop_compact(is_b: np.ndarray, pid: np.ndarray, benign: np.ndarray,
             open_pos, bad_e)
 
 
+def _payload_at(payload: tuple[np.ndarray, np.ndarray], e_loc: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(found, bytes)`` of the E records at chunk positions ``e_loc``: whether each has a
+    payload (``payload``: sorted chunk positions and byte counts of the records with dtype
+    and shape) and its byte count (0 where it has none)."""
+    a_pos, a_val = payload
+    nbytes = np.zeros(e_loc.size, dtype=np.int64)
+    if not a_pos.size:
+        return np.zeros(e_loc.size, dtype=bool), nbytes
+    hit = np.minimum(np.searchsorted(a_pos, e_loc), a_pos.size - 1)
+    ok = a_pos[hit] == e_loc
+    nbytes[ok] = a_val[hit[ok]]
+    return ok, nbytes
+
+
 def _enclosing(tick_rec: np.ndarray, tick_pid: np.ndarray, cand_b: np.ndarray,
                cand_e: np.ndarray, cand_pid: np.ndarray) -> np.ndarray:
     """Index into the candidate spans of the one on the tick's pid containing it (-1: none).
@@ -465,13 +480,10 @@ class _Stream:
         if neg.any():
             self.count["neg_dur"] += int(neg.sum())
             dur = np.maximum(dur, 0)
-        a_pos, a_val = payload
-        if a_pos.size:  # kept sparse: only op spans have one
-            hit = np.minimum(np.searchsorted(a_pos, e_loc), a_pos.size - 1)
-            ok = a_pos[hit] == e_loc
-            if ok.any():
-                self.rows.add_sparse("bytes", self.rows.sizes["spans"] + np.flatnonzero(ok),
-                                     a_val[hit[ok]], group="spans")
+        ok, nbytes = _payload_at(payload, e_loc)
+        if ok.any():  # kept sparse: only op spans have one
+            self.rows.add_sparse("bytes", self.rows.sizes["spans"] + np.flatnonzero(ok),
+                                 nbytes[ok], group="spans")
         self.rows.add("spans", rec=spans["rec"], name=spans["name"], top=level == 1,
                       start=start, dur=dur, pid=spans["pid"].astype(np.int32))
 
@@ -544,12 +556,8 @@ class _Stream:
         prev = np.array([-1 if f is None else int(f) for _, f in found], dtype=np.int8)
         found.clear()
         e_loc = be[pos - nc]  # an E is always in this chunk
-        nbytes = np.full(pos.size, -1, dtype=np.int64)
-        a_pos, a_val = payload
-        if a_pos.size:
-            hit = np.minimum(np.searchsorted(a_pos, e_loc), a_pos.size - 1)
-            ok = a_pos[hit] == e_loc
-            nbytes[ok] = a_val[hit[ok]]
+        ok, nbytes = _payload_at(payload, e_loc)
+        nbytes[~ok] = -1
         self.part.orphans.append({"rec": comb["rec"][pos], "pid": comb["pid"][pos],
                                   "ts": comb["ts"][pos], "prev": prev, "bytes": nbytes})
 
