@@ -374,8 +374,11 @@ def _parse(path: Path, reader: Reader, run_id: str | None, options: dict) -> pd.
     damaged content (nesting too deep, numbers that overflow, text that is not Unicode, a
     value of an unexpected type) becomes a :class:`ReadError` naming the file; so does a
     frame that fails the schema."""
+    from analysis.readers._assembly import small_pages
+
     try:
-        df = _sorted(reader.read(path, run_id=run_id, **options), reader)
+        with small_pages():  # a frame's fresh columns, first touched without compaction
+            df = _sorted(reader.read(path, run_id=run_id, **options), reader)
         if reader.kind == "events":
             schema.validate_events(df)
         elif reader.kind == "samples":

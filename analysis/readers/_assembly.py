@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import mmap
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -80,13 +82,65 @@ def release_freed_memory() -> None:
         _TRIM(0)
 
 
+_PAGES_LOCK = threading.Lock()
+_PAGES_USERS = 0
+_PAGES_SAVED: bool | None = None
+
+
+def _hugepages_stall() -> bool:
+    """Whether this kernel may stall a fault on memory marked ``MADV_HUGEPAGE`` to compact
+    memory for a huge page: Linux's transparent-huge-page ``defrag`` setting is
+    ``always``, ``madvise`` or ``defer+madvise`` (not ``defer`` or ``never``)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/defrag") as fh:
+            text = fh.read()
+    except OSError:
+        return False
+    mode = text[text.find("[") + 1 : text.find("]")] if "[" in text else ""
+    return mode in ("always", "madvise", "defer+madvise")
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """Inside: NumPy does not mark its large arrays ``MADV_HUGEPAGE``, where the kernel
+    would compact memory on their first touch (:func:`_hugepages_stall`).
+
+    A frame build touches fresh arrays of hundreds of MiB once each, and there the
+    compaction costs more than huge pages save: on the 2-core Linux VM of
+    ``benchmarks/README.md`` first touching 420 MiB took 0.75 s marked and 0.14 s not
+    (numpy/numpy#31590 describes the stall). NumPy's own switch is process-wide, so it is
+    set while any thread is inside and restored when the last one leaves; elsewhere, or
+    without the switch, nothing changes.
+    """
+    global _PAGES_USERS, _PAGES_SAVED
+    try:
+        from numpy._core import multiarray as _ma
+    except ImportError:  # NumPy 1.x
+        from numpy.core import multiarray as _ma
+    get = getattr(_ma, "_get_madvise_hugepage", None)
+    put = getattr(_ma, "_set_madvise_hugepage", None)
+    if get is None or put is None or not _hugepages_stall():
+        yield
+        return
+    with _PAGES_LOCK:
+        if _PAGES_USERS == 0:
+            _PAGES_SAVED = bool(get())
+            put(False)
+        _PAGES_USERS += 1
+    try:
+        yield
+    finally:
+        with _PAGES_LOCK:
+            _PAGES_USERS -= 1
+            if _PAGES_USERS == 0:
+                put(_PAGES_SAVED)
+
+
 def concurrently(*calls: Callable[[], Any]) -> list[Any]:
     """``[call() for call in calls]``, the first here and the others in threads of their
     own, at the same time: for frame building steps that spend their time in NumPy
     (sorting, scattering into columns), which releases the GIL, on columns of their own.
     Results in the order of ``calls``; the first exception (in that order) is raised."""
-    import threading
-
     results: list[Any] = [None] * len(calls)
     errors: list[BaseException | None] = [None] * len(calls)
 
@@ -383,6 +437,37 @@ class KeyCodes:
 # time order
 
 
+def sort_stable(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, values[order])`` for ``order = np.argsort(values, kind="stable")`` of int
+    values, without a stable sort where the values allow it.
+
+    NumPy's stable sort of int64 is a merge sort (timsort); its default sort is several
+    times faster (vectorised where the CPU has the instructions) but not stable. Ties are
+    broken by storage index in one int64 key, ``(value - min) << bits | index``, which is
+    unique, so the default sort orders the keys exactly as the stable sort orders the
+    values. When the value range times the row count does not fit in 63 bits, the stable
+    argsort is used.
+    """
+    n = values.size
+    if n < 2:
+        return np.zeros(n, dtype=np.int64), values.copy()
+    lo, hi = int(values.min()), int(values.max())
+    bits = (n - 1).bit_length()
+    if (hi - lo) >> (62 - bits):  # the key would overflow: sort stably instead
+        order = np.argsort(values, kind="stable")
+        return order, values[order]
+    key = values.astype(np.int64)
+    key -= lo
+    key <<= bits
+    for b in row_blocks(n):  # the storage index, block by block (no n-row temporary)
+        key[b] |= np.arange(b.start, b.stop, dtype=np.int64)
+    key.sort()
+    order = key & ((1 << bits) - 1)
+    key >>= bits
+    key += lo
+    return order, key.astype(values.dtype, copy=False)
+
+
 class TimeOrder:
     """Where each stored row goes when the rows are put in time order (stable).
 
@@ -394,11 +479,12 @@ class TimeOrder:
 
     def __init__(self, start: np.ndarray,
                  refine: Callable[[np.ndarray, np.ndarray], None] | None = None,
-                 order: np.ndarray | None = None) -> None:
+                 order: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         n = start.size
-        if order is None:  # else given: ``np.argsort(start, kind="stable")``
-            order = np.argsort(start, kind="stable")
-        start[:] = start[order]  # a gather: a tenth of sorting the values again
+        # else given: ``sort_stable(start)``
+        order, ordered = sort_stable(start) if order is None else order
+        start[:] = ordered
+        del ordered
         if refine is not None:
             refine(order, start)
         dtype = np.int32 if n < 2**31 else np.int64
@@ -647,7 +733,7 @@ class Assembler:
             firsts = [self._first(g) for g in self.groups]
             keys = [self.pieces[g].pop(tie_key, None) for g in self.groups]
             refine, order = concurrently(lambda: _TieKey(start_arr, firsts, keys),
-                                         lambda: np.argsort(start_arr, kind="stable"))
+                                         lambda: sort_stable(start_arr))
         self._order = TimeOrder(start_arr, refine=refine, order=order)
         del refine, order
         if offset:

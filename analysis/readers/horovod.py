@@ -888,8 +888,9 @@ def _row_columns(rows: _assembly.Assembler, names: _assembly.Codes, props: dict,
     rows.place(dur, "spans", ("dur",))
     rows.fill(dur, ("ticks", "other", "inst"), 0)
     name, kind, cat = rows.empty(names.dtype), rows.empty(np.int8), rows.empty(np.int8)
+    span_kind, span_cat = _span_kind_cat(props)
     rows.place((name, kind, cat), "spans", ("name", "top"),
-               lambda x, top: (names(x), *_span_kind_cat(props, x, top)))
+               lambda x, top: (names(x), *_by_name_and_top((span_kind, span_cat), x, top)))
     rows.place(name, "ticks", ("name",), names)
     rows.fill((kind, cat), "ticks", (_KIND["marker"], _CAT["rank_ready"]))
     rows.place((name, kind), "other", ("name",), lambda x: (names(x), props["act_kind"][x]))
@@ -897,9 +898,8 @@ def _row_columns(rows: _assembly.Assembler, names: _assembly.Codes, props: dict,
     rows.place((name, cat), "inst", ("name",), lambda x: (
         names(x), np.where(props["cycle"][x], _CAT["cycle"], _CAT["instant"])))
     rows.fill(kind, "inst", _KIND["marker"])
-    rank = rows.empty(np.int32)
+    rank = np.zeros(rows.size, dtype=np.int32)  # 0 but for the ticks
     rows.place(rank, "ticks", ("rank",))
-    rows.fill(rank, ("spans", "other", "inst"), 0)
     return dur, name, kind, cat, rank
 
 
@@ -915,12 +915,28 @@ def _payload_columns(rows: _assembly.Assembler, st: _Stream) -> tuple[Any, ...]:
     return nbytes, nbytes_na, tensor
 
 
-def _span_kind_cat(props: dict, x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``kind`` and ``cat`` codes of spans (name codes ``x``): a negotiation, a top-level
-    op (``comm``) or an activity."""
-    neg = props["neg"][x]
-    return (np.where(neg, _KIND["negotiate"], np.where(top, _KIND["comm"], props["act_kind"][x])),
-            np.where(neg, _CAT["negotiate"], np.where(top, _CAT["op"], _CAT["activity"])))
+def _span_kind_cat(props: dict) -> tuple[np.ndarray, np.ndarray]:
+    """``kind`` and ``cat`` codes of a span by ``2 * name code + top level`` (for
+    :func:`_by_name_and_top`): a negotiation, a top-level op (``comm``) or an activity.
+    Like the name properties, the last row serves name code -1."""
+    neg = props["neg"]
+    kind = np.empty((neg.size, 2), dtype=np.int8)
+    kind[:, 0] = np.where(neg, _KIND["negotiate"], props["act_kind"])
+    kind[:, 1] = np.where(neg, _KIND["negotiate"], _KIND["comm"])
+    cat = np.empty((neg.size, 2), dtype=np.int8)
+    cat[:, 0] = np.where(neg, _CAT["negotiate"], _CAT["activity"])
+    cat[:, 1] = np.where(neg, _CAT["negotiate"], _CAT["op"])
+    return kind.ravel(), cat.ravel()
+
+
+def _by_name_and_top(tables: tuple[np.ndarray, ...], x: np.ndarray, top: np.ndarray,
+                     ) -> tuple[np.ndarray, ...]:
+    """Each table of :func:`_span_kind_cat` looked up for spans of name codes ``x`` and
+    top-level flags ``top``."""
+    at = x.astype(np.intp)
+    at *= 2
+    at += top
+    return tuple(t[at] for t in tables)
 
 
 def dedupe_fused(df: pd.DataFrame) -> pd.DataFrame:

@@ -43,6 +43,70 @@ def test_time_order_places_rows_as_a_stable_sort(block, monkeypatch):
                                   np.argsort(expected_order)[[0, 50, 100]])
 
 
+@pytest.mark.parametrize("case", ["ties", "negative", "wide", "tiny", "int32"])
+def test_sort_stable_is_the_stable_argsort(case):
+    """The one-key sort equals NumPy's stable argsort, ties in storage order, including
+    where the value range is too wide for the key (the stable sort is used then)."""
+    rng = np.random.default_rng(7)
+    values = {
+        "ties": rng.integers(0, 50, size=100_003),
+        "negative": rng.integers(-(2**35), 2**35, size=70_001) // 1000 * 1000,
+        "wide": np.concatenate([rng.integers(-(2**62), 2**62, size=5_000), np.full(9, 3)]),
+        "tiny": np.array([5]),
+        "int32": rng.integers(-100, 100, size=1_000).astype(np.int32),
+    }[case].copy()
+    before = values.copy()
+    order, ordered = _assembly.sort_stable(values)
+    expected = np.argsort(before, kind="stable")
+    np.testing.assert_array_equal(order, expected)
+    np.testing.assert_array_equal(ordered, before[expected])
+    assert ordered.dtype == before.dtype
+    np.testing.assert_array_equal(values, before)  # the input is left as it was
+
+
+def test_small_pages_switches_numpy_off_while_inside_and_restores(monkeypatch):
+    from numpy._core import multiarray as ma
+
+    before = ma._get_madvise_hugepage()
+    monkeypatch.setattr(_assembly, "_hugepages_stall", lambda: True)
+    ma._set_madvise_hugepage(True)
+    try:
+        with _assembly.small_pages():
+            assert not ma._get_madvise_hugepage()
+            with _assembly.small_pages():  # nested (another thread's read): still off
+                assert not ma._get_madvise_hugepage()
+            assert not ma._get_madvise_hugepage()
+        assert ma._get_madvise_hugepage()  # the last one out restores it
+        with pytest.raises(RuntimeError), _assembly.small_pages():
+            raise RuntimeError("a reader failed")
+        assert ma._get_madvise_hugepage()
+        monkeypatch.setattr(_assembly, "_hugepages_stall", lambda: False)
+        with _assembly.small_pages():  # a kernel that never stalls: left as it is
+            assert ma._get_madvise_hugepage()
+    finally:
+        ma._set_madvise_hugepage(before)
+
+
+def test_hugepages_stall_reads_the_active_defrag_mode(monkeypatch, tmp_path):
+    import builtins
+
+    real_open = builtins.open
+    setting = tmp_path / "defrag"
+
+    def fake_open(name, *a, **k):
+        return real_open(setting if str(name).endswith("transparent_hugepage/defrag") else name, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    for text, stalls in [("always defer defer+madvise [madvise] never", True),
+                         ("always defer [defer+madvise] madvise never", True),
+                         ("always [defer] defer+madvise madvise never", False),
+                         ("always defer defer+madvise madvise [never]", False)]:
+        setting.write_text(text + "\n")
+        assert _assembly._hugepages_stall() is stalls, text
+    setting.unlink()
+    assert _assembly._hugepages_stall() is False  # no such setting (not Linux)
+
+
 def test_refine_reorders_ties():
     start = np.array([5, 1, 5, 5, 1], dtype=np.int64)
 
