@@ -33,7 +33,7 @@ import re
 import sys
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
@@ -541,19 +541,24 @@ class Split:
     parts: list[tuple[int, int | None]]
 
 
-def plan_split(path: Path, parts: int, *, min_part_bytes: int, lead: float = 0.0) -> Split | None:
-    """Cut ``path`` into at most ``parts`` parts of at least ``min_part_bytes``; None when
-    the file is gzipped (a stream cannot be entered in the middle), too small for two parts,
-    or not a trace this module can read (the serial read then says why). ``lead``: the
-    first part is that much (a fraction of a part) larger, the last that much smaller."""
+def plan_split(path: Path, parts: int | Sequence[float], *, min_part_bytes: int = 1,
+               ) -> Split | None:
+    """Cut ``path`` into parts: ``parts`` equal ones (at most as many as there are
+    ``min_part_bytes`` in the file), or as many as ``parts`` has weights, each that share of
+    the event array. None when the file is gzipped (a stream cannot be entered in the
+    middle), too small for two parts, or not a trace this module can read (the serial read
+    then says why). A cut that finds no record boundary near its place is left out."""
     fh = open_binary(path)
     with fh:
         size = os.fstat(fh.fileno()).st_size
         if fh.read(2) == GZIP_MAGIC:
             return None
-        parts = min(parts, size // max(min_part_bytes, 1))
-        if parts < 2:
+        if isinstance(parts, int):
+            parts = [1.0] * min(parts, size // max(min_part_bytes, 1))
+        if len(parts) < 2:
             return None
+        bounds = np.cumsum(np.asarray(parts, dtype=float))
+        bounds = bounds[:-1] / bounds[-1]  # where each cut goes, as a share of the array
         damage = Damage()
         text = _Text(path, BLOCK_BYTES, damage)
         text.more()
@@ -578,8 +583,8 @@ def plan_split(path: Path, parts: int, *, min_part_bytes: int, lead: float = 0.0
         del text
         cuts = []
         lo = first
-        for i in range(1, parts):
-            at = max(first + int((size - first) * (i + lead) / parts), lo)
+        for share in bounds.tolist():
+            at = max(first + int((size - first) * share), lo)
             fh.seek(at)
             m = _CUT.search(fh.read(CUT_WINDOW))
             if m is None:

@@ -256,6 +256,87 @@ def test_the_process_pool_reads_one_file_in_parts(mod, tmp_path, monkeypatch):
 
 
 _REAL_PART = horovod._part
+_WHO: dict = {}  # set by the test before the pool forks: the log file and this process's id
+
+
+def _part_logged(path, split, index):  # module level: the pool pickles it by name
+    """The real part, logged with the process that read it. The calling process waits
+    for the worker to begin part 1, which then takes long, so every later part is free for
+    the calling process to take from the back."""
+    import os
+    import time
+
+    here = os.getpid() == _WHO["parent"]
+    with open(_WHO["log"], "a") as fh:
+        fh.write(f"{index} {'caller' if here else 'worker'}\n")
+    if here and index == 0:
+        deadline = time.monotonic() + 30
+        while "1 worker" not in Path(_WHO["log"]).read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    if not here and index == 1:
+        time.sleep(1.0)
+    return _REAL_PART(path, split, index)
+
+
+def test_shares_cut_one_part_per_process_then_a_tail_of_small_parts(monkeypatch):
+    monkeypatch.setattr(_split, "MIN_PART_BYTES", 100)
+    monkeypatch.setattr(_split, "MIN_TAIL_PART_BYTES", 10)
+    assert _split.shares(150, 4) is None  # not two parts' worth
+    assert _split.shares(240, 4) == [0.4, 0.4] + [0.05] * 4  # 48 bytes of tail: 4 parts
+    monkeypatch.setattr(_split, "MIN_TAIL_PART_BYTES", 30)
+    assert _split.shares(240, 4) == [1.0, 1.0]  # two parts; the tail would be one part
+    monkeypatch.setattr(_split, "MIN_TAIL_PART_BYTES", 10)
+    got = _split.shares(10_000, 2)
+    assert len(got) == 2 + 4 * 2  # at most TAIL_PARTS_PER_WORKER small parts per process
+    assert got[0] == got[1] and sum(got[2:]) == pytest.approx(_split.TAIL) and sum(got) == pytest.approx(1)
+    assert len(_split.shares(600, 3)) == 3 + 12  # 120 bytes of tail: 12 parts of 10
+
+
+def test_tail_parts_go_to_whichever_process_is_free(tmp_path, monkeypatch):
+    """The worker is slow in its part: the calling process takes every small part from
+    the back; the worker skips the parts handed to it that were taken. Each part is read
+    once, and the frame is the serial one."""
+    import os
+
+    f = _write(tmp_path / "t.json", _timeline(7, n_tensors=6, n_ops=60))
+    monkeypatch.setattr(_split, "MIN_PART_BYTES", 1)
+    monkeypatch.setattr(_split, "MIN_TAIL_PART_BYTES", 1)
+    monkeypatch.setattr(horovod, "_part", _part_logged)
+    log = tmp_path / "log"
+    monkeypatch.setitem(_WHO, "log", str(log))
+    monkeypatch.setitem(_WHO, "parent", os.getpid())
+    merged = []
+    real = horovod._merge
+    monkeypatch.setattr(horovod, "_merge", lambda parts: merged.append(parts is not None) or real(parts))
+    expected, w_expected = _caught(horovod.read, f, workers=1)
+    log.write_text("")
+    got, w_got = _caught(horovod.read, f, workers=2)
+    assert merged == [False, True]
+    pd.testing.assert_frame_equal(expected, got)
+    assert w_got == w_expected
+    read = [line.split() for line in log.read_text().splitlines()]
+    n = 2 + 4 * 2
+    assert sorted(int(i) for i, _ in read) == list(range(n))  # every part once
+    assert {int(i) for i, who in read if who == "worker"} == {1}
+    assert [int(i) for i, who in read if who == "caller"] == [0, *range(n - 1, 1, -1)]
+
+
+def test_a_worker_skips_a_part_another_process_claimed(tmp_path):
+    claims = str(tmp_path)
+    assert _split._claim(claims, 3) and not _split._claim(claims, 3)
+    called = []
+    assert _split._shipped(lambda *a: called.append(a), tmp_path / "t.json", None, 3, claims) is None
+    assert called == []
+    got = {}
+
+    class Done:
+        def result(self):
+            return None
+
+    _split._take_back(got, 3, Done())
+    assert got == {}
+
+
 
 
 def _first_part_fails(path, split, index):  # module level: the pool pickles it by name
