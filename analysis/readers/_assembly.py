@@ -632,7 +632,9 @@ class Assembler:
 
     def __init__(self, groups: Sequence[str] = ("rows",)) -> None:
         self.groups = tuple(groups)
-        self.pieces: dict[str, dict[str, list[np.ndarray]]] = {g: {} for g in self.groups}
+        self._pieces: dict[str, dict[str, list[np.ndarray]]] = {g: {} for g in self.groups}
+        # chunks of a group not yet joined into a piece: (columns, rows)
+        self._pending: dict[str, tuple[dict[str, list[np.ndarray]], list[int]]] = {}
         self.sizes = dict.fromkeys(self.groups, 0)
         # sparse columns: per piece, its group, row numbers within it, and values
         self._sparse: dict[str, tuple[list[str], list[np.ndarray], list[np.ndarray]]] = {}
@@ -645,12 +647,47 @@ class Assembler:
         """Rows stored so far (all groups)."""
         return sum(self.sizes.values())
 
+    @property
+    def pieces(self) -> dict[str, dict[str, list[np.ndarray]]]:
+        """Per group, per column, the stored pieces in storage order."""
+        if self._pending:
+            self._join_pending()
+        return self._pieces
+
     def add(self, group: str = "rows", **columns: np.ndarray) -> None:
-        """Store one chunk's rows of ``group``: one array per column, all of one length."""
-        pieces = self.pieces[group]
+        """Store one chunk's rows of ``group``: one array per column, all of one length.
+
+        Small chunks are joined into pieces of about :data:`BLOCK_ROWS` rows: a decode in
+        small blocks (which keeps it in the CPU's caches) does not make the frame building
+        walk thousands of tiny pieces."""
+        n = len(next(iter(columns.values())))
+        pending = self._pending.get(group)
+        if pending is not None and pending[0].keys() != columns.keys():
+            self._join_pending(group)
+            pending = None
+        if pending is None:
+            pending = self._pending[group] = ({k: [] for k in columns}, [0])
         for name, values in columns.items():
-            pieces.setdefault(name, []).append(values)
-        self.sizes[group] += len(next(iter(columns.values())))
+            pending[0][name].append(values)
+        pending[1][0] += n
+        self.sizes[group] += n
+        if pending[1][0] >= BLOCK_ROWS:
+            self._join_pending(group)
+
+    def _join_pending(self, group: str | None = None) -> None:
+        """Store the pending chunks (of ``group``, or of every group) as one piece."""
+        for g in [group] if group is not None else list(self._pending):
+            columns, _ = self._pending.pop(g)
+            pieces = self._pieces[g]
+            for name, chunks in columns.items():
+                pieces.setdefault(name, []).append(chunks[0] if len(chunks) == 1
+                                                   else np.concatenate(chunks))
+
+    def __getstate__(self) -> dict:
+        """Pickled (a part sent back by a worker) with whole pieces."""
+        if self._pending:
+            self._join_pending()
+        return self.__dict__
 
     def add_sparse(self, name: str, rows: np.ndarray, values: np.ndarray, *,
                    group: str = "rows") -> None:

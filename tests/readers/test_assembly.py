@@ -107,6 +107,28 @@ def test_hugepages_stall_reads_the_active_defrag_mode(monkeypatch, tmp_path):
     assert _assembly._hugepages_stall() is False  # no such setting (not Linux)
 
 
+def test_assembler_joins_small_chunks_into_pieces(monkeypatch):
+    """Chunks are stored as pieces of about BLOCK_ROWS rows, in order, whatever reads the
+    pieces first (the frame building, a merge, a pickle for the trip back from a worker)."""
+    import pickle
+
+    monkeypatch.setattr(_assembly, "BLOCK_ROWS", 8)
+    rows = _assembly.Assembler(("a", "b"))
+    for i in range(10):
+        rows.add("a", start=np.arange(3 * i, 3 * i + 3), x=np.full(3, i))
+    rows.add("b", start=np.arange(2))
+    assert rows.sizes == {"a": 30, "b": 2}
+    back = pickle.loads(pickle.dumps(rows))
+    for r in (rows, back):
+        assert [p.size for p in r.pieces["a"]["start"]] == [9, 9, 9, 3]
+        np.testing.assert_array_equal(np.concatenate(r.pieces["a"]["start"]), np.arange(30))
+        np.testing.assert_array_equal(np.concatenate(r.pieces["a"]["x"]), np.repeat(np.arange(10), 3))
+        assert [p.size for p in r.pieces["b"]["start"]] == [2]
+    rows.add("a", start=np.arange(30, 32))  # other columns: what was pending is a piece first
+    assert [p.size for p in rows.pieces["a"]["start"]] == [9, 9, 9, 3, 2]
+    assert [p.size for p in rows.pieces["a"]["x"]] == [9, 9, 9, 3]
+
+
 def test_refine_reorders_ties():
     start = np.array([5, 1, 5, 5, 1], dtype=np.int64)
 
