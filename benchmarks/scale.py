@@ -26,6 +26,9 @@ one       ``analysis.read`` of one file in one process (the reader alone, for th
 file       ``analysis.read(path, workers=N)`` of one large plain file (``--file-mb``): the
            file cut into N parts at record boundaries, each decoded in its own process,
            joined in the notebook (``analysis.readers._split``); against ``workers=1``
+half       one half of such a file decoded by the reader's chunk loop (no frame), alone and
+           with the other half in a second process at the same time (``--contention-kib``:
+           per read block size): how much two processes decoding at once slow each other
 
 The parse cache is off (``cache=False``) everywhere, so every method parses.
 
@@ -34,6 +37,8 @@ Usage::
     .venv/bin/python benchmarks/scale.py                       # 64 x 50 MB + 200 MB timeline
     .venv/bin/python benchmarks/scale.py --ranks 8 --methods serial pool   # the 8-file target
     .venv/bin/python benchmarks/scale.py --ranks 0 --methods --file-mb 1000  # one 1 GB file
+    .venv/bin/python benchmarks/scale.py --ranks 0 --methods --file-mb 1000 \
+        --contention-kib 2048 1024 512 --repeat 5       # and two decoding processes per block size
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,6 +107,16 @@ elif method == "file":
     df = analysis.read(kineto[0], cache=False, workers=workers)
     gpu, allreduce = None, None
     extra["rows"] = len(df)
+elif method == "half":  # one of the two halves of a split file, decoded with a block size
+    from pathlib import Path
+    from analysis.readers import _assembly, _chrome, horovod as horovod_reader, kineto as kineto_reader
+    _chrome.BLOCK_BYTES = files["block"]
+    path = Path(kineto[0])
+    split = _chrome.plan_split(path, 2)
+    reader = horovod_reader if files["format"] == "horovod" else kineto_reader
+    with _assembly.small_pages():
+        reader._part(path, split, workers)
+    gpu, allreduce = None, None
 elif method == "floor":
     sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
     from scale import typed_decoder
@@ -172,19 +188,34 @@ def typed_decoder(fmt: str) -> msgspec.json.Decoder:
 
 
 def run_method(method: str, workers: int, files: dict, *, cache_dir: Path) -> dict:
+    return run_methods([(method, workers, files)], cache_dir=cache_dir)[0]
+
+
+def run_methods(calls: list[tuple[str, int, dict]], *, cache_dir: Path) -> list[dict]:
+    """Each ``(method, workers, files)`` in a fresh interpreter, all at the same time."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PYTHONPATH=path, SCALESCOPE_CACHE=str(cache_dir), SCALESCOPE_PROGRESS="0")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(files, fh)
+    procs, listings = [], []
     try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD, method, str(workers), fh.name],
-                              capture_output=True, text=True, env=env, cwd=ROOT)
+        for method, workers, files in calls:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+                json.dump(files, fh)
+            listings.append(fh.name)
+            procs.append(subprocess.Popen([sys.executable, "-c", _CHILD, method, str(workers), fh.name],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          env=env, cwd=ROOT))
+        results = []
+        for proc in procs:
+            out, err = proc.communicate()
+            if proc.returncode != 0:
+                errors = [line for line in err.splitlines() if "Error" in line or "error" in line]
+                results.append({"error": (errors or err.strip().splitlines() or ["?"])[-1]})
+            else:
+                results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
     finally:
-        os.unlink(fh.name)
-    if proc.returncode != 0:
-        errors = [line for line in proc.stderr.splitlines() if "Error" in line or "error" in line]
-        return {"error": (errors or proc.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        for name in listings:
+            os.unlink(name)
 
 
 # --------------------------------------------------------------------------------------
@@ -246,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file-mb", type=float, default=0.0,
                     help="also read one Kineto trace and one Horovod timeline of this size with "
                          "workers=1 and with each --workers count")
+    ap.add_argument("--contention-kib", type=int, nargs="*", default=[],
+                    help="with --file-mb: decode the two halves of each file alone and both at "
+                         "once (two processes) with these read block sizes (KiB)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "scalescope-scale")
     ap.set_defaults(methods=["serial", "pool", "dask"])
@@ -309,6 +343,22 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"#   file {fmt} (workers={w}): {r}", flush=True)
                         res[w].append(r)
                 file_rows.append((fmt, path.stat().st_size, res))
+        cont_rows = []
+        if args.file_mb and args.contention_kib:
+            for fmt in ("kineto", "horovod"):
+                path = args.workdir / f"file_{fmt}_{int(args.file_mb)}mb.json"
+                res = {kib: {"alone": [], "both": []} for kib in args.contention_kib}
+                for _ in range(max(1, args.repeat)):  # interleaved over the block sizes
+                    for kib in args.contention_kib:
+                        files = {"kineto": [str(path)], "timeline": None, "format": fmt,
+                                 "block": kib << 10}
+                        alone = run_methods([("half", 0, files)], cache_dir=Path(tmp) / "cache")
+                        both = run_methods([("half", 0, files), ("half", 1, files)],
+                                           cache_dir=Path(tmp) / "cache")
+                        print(f"#   halves {fmt} {kib} KiB: alone {alone}, both {both}", flush=True)
+                        res[kib]["alone"].append(alone[0].get("s"))
+                        res[kib]["both"].append(both[0].get("s"))
+                cont_rows.append((fmt, res))
     print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
     serial = next((r.get("s") for m, _, r in rows if m == "serial"), None)
@@ -325,12 +375,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{total / 1e6 / r['s']:.0f} | {speed} | {r['peak_mib']:.0f} | {start} | {r['check']} |")
     if file_rows:
         print()
-        print("| file | workers | time (s) | MB/s | vs workers=1 | notebook peak RSS (MiB) | frame |")
-        print("|---|---|---|---|---|---|---|")
+        print("| file | workers | time (s) | MB/s | vs workers=1 | median of pairs | notebook peak RSS (MiB) | frame |")
+        print("|---|---|---|---|---|---|---|---|")
         for fmt, size, res in file_rows:
             ok = {w: [r for r in runs if "s" in r] for w, runs in res.items()}
             if not all(ok.values()):
-                print(f"| {fmt} {size / 1e6:.0f} MB | error: {res} | | | | | |")
+                print(f"| {fmt} {size / 1e6:.0f} MB | error: {res} | | | | | | |")
                 continue
             one = min(r["s"] for r in ok[1])
             ref = ok[1][0]["hash"]
@@ -338,8 +388,20 @@ def main(argv: list[str] | None = None) -> int:
                 best, worst = min(r["s"] for r in runs), max(r["s"] for r in runs)
                 same = "identical" if all(r["hash"] == ref for r in runs) else "DIFFERS"
                 spread = f" ({worst:.2f})" if worst > best * 1.005 else ""
+                pairs = statistics.median(a["s"] / b["s"] for a, b in zip(ok[1], runs, strict=False))
                 print(f"| {fmt} {size / 1e6:.0f} MB | {w} | {best:.2f}{spread} | {size / 1e6 / best:.0f} | "
-                      f"{one / best:.2f}x | {max(r['peak_mib'] for r in runs):.0f} | {same} |")
+                      f"{one / best:.2f}x | {pairs:.2f}x | {max(r['peak_mib'] for r in runs):.0f} | {same} |")
+    if cont_rows:
+        print()
+        print("| file, one half | read block | alone (s) | both halves at once (s) | slower by |")
+        print("|---|---|---|---|---|")
+        for fmt, res in cont_rows:
+            for kib, r in res.items():
+                if None in r["alone"] or None in r["both"]:
+                    print(f"| {fmt} | {kib} KiB | error | | |")
+                    continue
+                alone, both = statistics.median(r["alone"]), statistics.median(r["both"])
+                print(f"| {fmt} | {kib} KiB | {alone:.2f} | {both:.2f} | {100 * (both / alone - 1):.0f} % |")
     if floor_rows:
         print()
         print("| file | one worker: analysis.read (s) | typed-Struct decode floor (s) | reader vs floor |")
