@@ -92,11 +92,16 @@ def read_parts(path: Path, workers: int, part: Callable[[Path, _chrome.Split, in
             for i in range(1, n):  # each read back as soon as its worker is done
                 pool.submit(_shipped, part, path, split, i, claims).add_done_callback(
                     partial(_take_back, got, i))
-            got[0] = part(path, split, 0)
-            for i in range(n - 1, 0, -1):  # the parts no worker has begun, from the back
-                if not _claim(claims, i):
-                    break  # a worker has it; the workers take the earlier ones
-                got[i] = part(path, split, i)
+            try:
+                got[0] = part(path, split, 0)
+                for i in range(n - 1, 0, -1):  # the parts no worker has begun, from the back
+                    if not _claim(claims, i):
+                        break  # a worker has it; the workers take the earlier ones
+                    got[i] = part(path, split, i)
+            except BaseException:  # the workers skip what they have not begun
+                for i in range(1, n):
+                    _claim(claims, i)
+                raise
         # leaving the pool waited for every worker and for their parts to be read back
         results = [got.get(i) for i in range(n)]
         if any(r is None or isinstance(r, BaseException) for r in results):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import tempfile
 import warnings
@@ -296,8 +297,6 @@ def test_tail_parts_go_to_whichever_process_is_free(tmp_path, monkeypatch):
     """The worker is slow in its part: the calling process takes every small part from
     the back; the worker skips the parts handed to it that were taken. Each part is read
     once, and the frame is the serial one."""
-    import os
-
     f = _write(tmp_path / "t.json", _timeline(7, n_tensors=6, n_ops=60))
     monkeypatch.setattr(_split, "MIN_PART_BYTES", 1)
     monkeypatch.setattr(_split, "MIN_TAIL_PART_BYTES", 1)
@@ -340,7 +339,14 @@ def test_a_worker_skips_a_part_another_process_claimed(tmp_path):
 
 
 def _first_part_fails(path, split, index):  # module level: the pool pickles it by name
+    """The first part fails, once both workers' parts have come back (and their files
+    have been removed, in this process's result thread)."""
+    import time
+
     if index == 0:
+        deadline = time.monotonic() + 30
+        while len(_WHO["removed"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise MemoryError("the calling process ran out of memory")
     return _REAL_PART(path, split, index)
 
@@ -361,6 +367,7 @@ def test_a_failing_part_leaves_the_serial_read_and_no_files(tmp_path, monkeypatc
     monkeypatch.setattr(_split, "_remove", spy)
     shm = Path(_split._shm_dir() or tempfile.gettempdir())
     before = set(shm.glob("scalescope-part-*"))
+    monkeypatch.setitem(_WHO, "removed", removed)
     expected, w_expected = _caught(horovod.read, f, workers=1)
     got, w_got = _caught(horovod.read, f, workers=3)
     pd.testing.assert_frame_equal(expected, got)
@@ -438,6 +445,10 @@ def test_parts_go_through_the_temporary_directory_when_shared_memory_is_small(tm
     real_remove = _split._remove
     monkeypatch.setattr(_split, "_remove", lambda name: (removed.append(name), real_remove(name)))
     expected = horovod.read(f, workers=1)
+    # the worker surely reads part 1 (the calling process waits for it to begin)
+    monkeypatch.setattr(horovod, "_part", _part_logged)
+    monkeypatch.setitem(_WHO, "log", str(tmp_path / "log"))
+    monkeypatch.setitem(_WHO, "parent", os.getpid())
     got = horovod.read(f, workers=2)
     pd.testing.assert_frame_equal(expected, got)
     assert len(removed) == 1 and Path(removed[0]).parent == tmp_path / "tmp"
