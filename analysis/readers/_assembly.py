@@ -439,7 +439,8 @@ class KeyCodes:
 
 def sort_stable(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(order, values[order])`` for ``order = np.argsort(values, kind="stable")`` of int
-    values, without a stable sort where the values allow it.
+    values, without a stable sort where the values allow it (``order`` is then int32 below
+    2**31 values).
 
     NumPy's stable sort of int64 is a merge sort (timsort); its default sort is several
     times faster (vectorised where the CPU has the instructions) but not stable. Ties are
@@ -462,7 +463,8 @@ def sort_stable(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     for b in row_blocks(n):  # the storage index, block by block (no n-row temporary)
         key[b] |= np.arange(b.start, b.stop, dtype=np.int64)
     key.sort()
-    order = key & ((1 << bits) - 1)
+    order = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)  # as TimeOrder's positions
+    np.bitwise_and(key, (1 << bits) - 1, out=order, casting="unsafe")
     key >>= bits
     key += lo
     return order, key.astype(values.dtype, copy=False)
@@ -606,7 +608,7 @@ class _TieKey:
             at = np.arange(int(ln.sum())) - np.repeat(first - lo[i:j], ln)
             idx = order[at]
             group = np.searchsorted(self.firsts, idx, "right") - 1
-            sec = idx.copy()
+            sec = idx.astype(np.int64)  # the keys (record numbers) may need 64 bits
             keyed = self.keyed[group]
             sec[keyed] = self.key[np.searchsorted(self.idx, idx[keyed])]
             order[at] = idx[np.lexsort((sec, group, seg))]
