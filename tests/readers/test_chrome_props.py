@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
+from _helpers import interleave  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -58,14 +59,7 @@ def write_horovod(tensors, seed: int, *, anchor: int | None):
                          "args": {"dtype": "float32", "shape": "[2, 3]"}})
             expected.append((f"t{pid}", "ALLREDUCE", start, ts - start))
         streams.append(recs)
-    # interleave the tensors' records at random, keeping each tensor's order
-    out = []
-    pos = [0] * len(streams)
-    while any(p < len(s) for p, s in zip(pos, streams, strict=True)):
-        live = [i for i, s in enumerate(streams) if pos[i] < len(s)]
-        i = live[int(rng.integers(len(live)))]
-        out.append(streams[i][pos[i]])
-        pos[i] += 1
+    out = interleave(streams, rng)  # the tensors' records at random, each tensor's order kept
     if anchor is not None:
         out.insert(0, {"name": "process_name", "ph": "M", "pid": 0,
                        "args": {"start_time_since_epoch_in_micros": anchor}})

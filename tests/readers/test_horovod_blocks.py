@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import interleave
 
 from analysis.readers import _assembly, _chrome, horovod
 
@@ -60,20 +61,18 @@ def _timeline(seed: int, *, n_tensors: int = 6, n_ops: int = 12, big_pid: bool =
             recs.append(e)
             ts += step()
         streams.append(recs)
-    out = [{"name": "process_name", "ph": "M", "pid": 0,
-            "args": {"start_time_since_epoch_in_micros": 1_700_000_000_000_000}}]
-    pos = [0] * len(streams)
-    clock = 0
-    while any(p < len(s) for p, s in zip(pos, streams, strict=True)):
-        live = [i for i, s in enumerate(streams) if pos[i] < len(s)]
-        i = live[int(rng.integers(len(live)))]
-        out.append(streams[i][pos[i]])
-        pos[i] += 1
-        if rng.random() < 0.05:
-            clock += 1
-            out.append({"ph": "i", "name": "CYCLE_START" if clock % 2 else "MARK",
-                        "ts": int(rng.integers(0, 20)), "s": "g"})
-    return out
+    head = [{"name": "process_name", "ph": "M", "pid": 0,
+             "args": {"start_time_since_epoch_in_micros": 1_700_000_000_000_000}}]
+    clock = [0]
+
+    def marker() -> dict | None:  # cycle markers and other instants, alternating
+        if rng.random() >= 0.05:
+            return None
+        clock[0] += 1
+        return {"ph": "i", "name": "CYCLE_START" if clock[0] % 2 else "MARK",
+                "ts": int(rng.integers(0, 20)), "s": "g"}
+
+    return head + interleave(streams, rng, marker=marker)
 
 
 def _write(path: Path, recs: list) -> Path:

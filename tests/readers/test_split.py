@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import interleave
 
 from analysis.readers import _chrome, _split, horovod, kineto
 
@@ -69,17 +70,11 @@ def _timeline(seed: int, *, n_tensors: int = 5, n_ops: int = 30, damage: bool = 
             recs.append({"ph": "E", "ts": ts, "pid": pid})  # nothing open: unmatched
             recs.append({"ph": "B", "name": "ALLREDUCE", "ts": ts, "pid": pid})  # never closed
         streams.append(recs)
-    out = [{"name": "process_name", "ph": "M", "pid": 0,
-            "args": {"start_time_since_epoch_in_micros": 1_700_000_000_000_000}}]
-    pos = [0] * len(streams)
-    while any(p < len(s) for p, s in zip(pos, streams, strict=True)):
-        live = [i for i, s in enumerate(streams) if pos[i] < len(s)]
-        i = live[int(rng.integers(len(live)))]
-        out.append(streams[i][pos[i]])
-        pos[i] += 1
-        if rng.random() < 0.03:
-            out.append({"ph": "i", "name": "CYCLE_START", "ts": int(rng.integers(0, 20)), "s": "g"})
-    return out
+    head = [{"name": "process_name", "ph": "M", "pid": 0,
+             "args": {"start_time_since_epoch_in_micros": 1_700_000_000_000_000}}]
+    return head + interleave(streams, rng, marker=lambda: {
+        "ph": "i", "name": "CYCLE_START", "ts": int(rng.integers(0, 20)), "s": "g",
+    } if rng.random() < 0.03 else None)
 
 
 def _write(path: Path, recs: list, *, obj: bool = False) -> Path:
