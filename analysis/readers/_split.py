@@ -19,7 +19,9 @@ whichever process is free first reads: the workers take them from the front, in 
 they were handed to the pool, and the calling process, once its own part is done, takes
 those no worker has started from the back. So the processes finish within about one small
 part of each other, however their speeds differ (another program's load, a part with
-denser records) and whichever process is slowed. A worker's result travels through shared memory: its arrays' buffers are written, out of
+denser records) and whichever process is slowed.
+
+A worker's result travels through shared memory: its arrays' buffers are written, out of
 band of the pickle (protocol 5), to a file in ``/dev/shm`` (the temporary directory when
 that has not room for them) from which the caller reads each array straight into memory
 of its own: arrays are neither pickled row by row nor pushed through a pipe, and each is
