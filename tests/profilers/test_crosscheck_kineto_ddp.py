@@ -80,7 +80,11 @@ def test_gloo_execution_follows_launch_and_precedes_recorded_completion(ddp_run,
     started (physical order; clocks: both are this host's wall clock, within ``tol_ns``).
     The recorded completion usually also comes after the annotation closed, but the future
     can complete (and a waiting callback see it) while gloo is still closing its
-    annotation, so that is asserted for most pairs, not all (17 of 18 on the idle VM)."""
+    annotation, and a gloo thread descheduled in between keeps it open for milliseconds
+    more (up to 3.9 ms seen on 2 cores), so that is asserted for a majority of pairs, not
+    all: 12-18 of 18 in each of 24 rank runs on the idle VM (12 runs of both ranks,
+    2026-11-25, the code of sessions 6 and 7 alike), where the earlier bound of three in four
+    failed 4 of them."""
     k = _kineto(ddp_run, rank)
     own = _own(ddp_run, rank)
     tol_ns = 50_000
@@ -101,4 +105,4 @@ def test_gloo_execution_follows_launch_and_precedes_recorded_completion(ddp_run,
         h = iv.union(hook["start_ns"], hook["start_ns"] + hook["dur_ns"])
         g = iv.union(gloo["start_ns"], gloo["start_ns"] + gloo["dur_ns"])
         assert iv.length(iv.intersect(g, h)) >= 0.5 * iv.length(g)
-    assert pairs >= 2 * len(PROFILED) and after >= 0.75 * pairs, (after, pairs)
+    assert pairs >= 2 * len(PROFILED) and after > 0.5 * pairs, (after, pairs)
