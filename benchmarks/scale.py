@@ -112,7 +112,7 @@ elif method == "half":  # one of the two halves of a split file, decoded with a 
     from analysis.readers import _assembly, _chrome, horovod as horovod_reader, kineto as kineto_reader
     _chrome.BLOCK_BYTES = files["block"]
     path = Path(kineto[0])
-    split = _chrome.plan_split(path, 2)
+    split = _chrome.plan_split(path, [1.0, 1.0])
     reader = horovod_reader if files["format"] == "horovod" else kineto_reader
     with _assembly.small_pages():
         reader._part(path, split, workers)

@@ -544,21 +544,18 @@ class Split:
     parts: list[tuple[int, int | None]]
 
 
-def plan_split(path: Path, parts: int | Sequence[float], *, min_part_bytes: int = 1,
-               ) -> Split | None:
-    """Cut ``path`` into parts: ``parts`` equal ones (at most as many as there are
-    ``min_part_bytes`` in the file), or as many as ``parts`` has weights, each that share of
-    the event array. None when the file is gzipped (a stream cannot be entered in the
-    middle), too small for two parts, or not a trace this module can read (the serial read
-    then says why). A cut that finds no record boundary near its place is left out."""
+def plan_split(path: Path, parts: Sequence[float]) -> Split | None:
+    """Cut ``path`` into as many parts as ``parts`` has weights, each that share of the
+    event array (how many and how large: ``_split.shares``). None when the file is gzipped
+    (a stream cannot be entered in the middle), there are fewer than two weights, or the
+    file is not a trace this module can read (the serial read then says why). A cut that
+    finds no record boundary near its place is left out."""
+    if len(parts) < 2:
+        return None
     fh = open_binary(path)
     with fh:
         size = os.fstat(fh.fileno()).st_size
         if fh.read(2) == GZIP_MAGIC:
-            return None
-        if isinstance(parts, int):
-            parts = [1.0] * min(parts, size // max(min_part_bytes, 1))
-        if len(parts) < 2:
             return None
         bounds = np.cumsum(np.asarray(parts, dtype=float))
         bounds = bounds[:-1] / bounds[-1]  # where each cut goes, as a share of the array

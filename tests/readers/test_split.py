@@ -99,7 +99,7 @@ def _in_parts(mod, path: Path, parts: int, monkeypatch) -> tuple[pd.DataFrame, l
     process; also whether the reader merged them (else it read the file serially)."""
 
     def here(path, workers, part):
-        split = _chrome.plan_split(path, workers, min_part_bytes=1)
+        split = _chrome.plan_split(path, [1.0] * workers)
         return None if split is None else [part(path, split, i) for i in range(len(split.parts))]
 
     merged = []
@@ -375,9 +375,9 @@ def test_gzip_and_small_files_are_not_split(tmp_path):
     f = _write(tmp_path / "t.json", _timeline(1, n_ops=5))
     gz = tmp_path / "t.json.gz"
     gz.write_bytes(gzip.compress(f.read_bytes()))
-    assert _chrome.plan_split(gz, 4, min_part_bytes=1) is None
-    assert _chrome.plan_split(f, 4, min_part_bytes=f.stat().st_size) is None
-    split = _chrome.plan_split(f, 4, min_part_bytes=1)
+    assert _chrome.plan_split(gz, [1.0] * 4) is None
+    assert _split.shares(f.stat().st_size, 4) is None  # smaller than two parts' worth
+    split = _chrome.plan_split(f, [1.0] * 4)
     assert split is not None and len(split.parts) == 4
     text = f.read_bytes()
     for start, end in split.parts:  # every part starts at a record and ends after one
