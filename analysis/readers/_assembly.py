@@ -635,8 +635,8 @@ class Assembler:
     def __init__(self, groups: Sequence[str] = ("rows",)) -> None:
         self.groups = tuple(groups)
         self._pieces: dict[str, dict[str, list[np.ndarray]]] = {g: {} for g in self.groups}
-        # chunks of a group not yet joined into a piece: (columns, rows)
-        self._pending: dict[str, tuple[dict[str, list[np.ndarray]], list[int]]] = {}
+        # per group, per column, the chunks not yet joined into a piece
+        self._pending: dict[str, dict[str, list[np.ndarray]]] = {}
         self.sizes = dict.fromkeys(self.groups, 0)
         # sparse columns: per piece, its group, row numbers within it, and values
         self._sparse: dict[str, tuple[list[str], list[np.ndarray], list[np.ndarray]]] = {}
@@ -662,24 +662,22 @@ class Assembler:
         Small chunks are joined into pieces of about :data:`BLOCK_ROWS` rows: a decode in
         small blocks (which keeps it in the CPU's caches) does not make the frame building
         walk thousands of tiny pieces."""
-        n = len(next(iter(columns.values())))
+        self.sizes[group] += len(next(iter(columns.values())))
         pending = self._pending.get(group)
-        if pending is not None and pending[0].keys() != columns.keys():
+        if pending is not None and pending.keys() != columns.keys():
             self._join_pending(group)
             pending = None
         if pending is None:
-            pending = self._pending[group] = ({k: [] for k in columns}, [0])
+            pending = self._pending[group] = {k: [] for k in columns}
         for name, values in columns.items():
-            pending[0][name].append(values)
-        pending[1][0] += n
-        self.sizes[group] += n
-        if pending[1][0] >= BLOCK_ROWS:
+            pending[name].append(values)
+        if sum(map(len, next(iter(pending.values())))) >= BLOCK_ROWS:
             self._join_pending(group)
 
     def _join_pending(self, group: str | None = None) -> None:
         """Store the pending chunks (of ``group``, or of every group) as one piece."""
         for g in [group] if group is not None else list(self._pending):
-            columns, _ = self._pending.pop(g)
+            columns = self._pending.pop(g)
             pieces = self._pieces[g]
             for name, chunks in columns.items():
                 pieces.setdefault(name, []).append(chunks[0] if len(chunks) == 1
