@@ -65,3 +65,8 @@ class SchemaError(ScalescopeError):
 
 class RecoveryWarning(UserWarning):
     """Input was damaged and part of it was recovered; the message says how much was lost."""
+
+
+class OutputError(ScalescopeError):
+    """A file could not be written (unwritable location, full disk). The message names the
+    path; the previous version of the file, if any, is left as it was."""

@@ -1,0 +1,70 @@
+"""Every file scalescope writes goes through here: written to a temporary file in the same
+directory and renamed into place, so a crash, Ctrl-C or a full disk leaves the previous
+version or nothing, never a truncated file.
+
+``replacing(path)`` yields a temporary path for writers that want a path of their own
+(pandas, pyarrow, kaleido); ``write_text`` and ``write_bytes`` cover the rest. A location that
+cannot be written raises :class:`~analysis.errors.OutputError` naming the path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from analysis.errors import OutputError
+
+__all__ = ["replacing", "write_bytes", "write_text"]
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left on the device"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "permission denied (read-only location?)"
+    return exc.strerror or str(exc)
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success rename it onto ``path``.
+
+    On any error (or KeyboardInterrupt) the temporary file is removed and ``path`` keeps its
+    previous content. An ``OSError`` from creating, writing or renaming becomes an
+    ``OutputError`` naming ``path``.
+    """
+    dest = Path(path)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise OutputError(f"cannot write {dest}: {_why(exc)}") from exc
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        raise OutputError(f"cannot write {dest}: {_why(exc)}") from exc
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see the module docstring)."""
+    with replacing(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8") -> None:
+    """Write ``text`` to ``path`` atomically (see the module docstring)."""
+    write_bytes(path, text.encode(encoding))
