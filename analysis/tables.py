@@ -568,10 +568,9 @@ def _latex_cell(c: Column, i: int) -> str:
             lo_hi = latex_escape(iv).replace("[-", "[$-$").replace(", -", ", $-$")
             return _stack([num, "{\\scriptsize " + lo_hi + "}"], "r")
         return num
-    text = latex_escape(v, breakable=True)
     if len(v) > _WRAP_CHARS:
-        return f"\\parbox[t]{{{_WRAP_CHARS // 2}em}}{{\\raggedright {text}}}"
-    return text
+        return f"\\parbox[t]{{{_WRAP_CHARS // 2}em}}{{\\raggedright {latex_escape(v, breakable=True)}}}"
+    return latex_escape(v)
 
 
 def to_latex(df: pd.DataFrame, *, caption: str | None = None, label: str | None = None, csv_name: str | None = None,

@@ -1,0 +1,141 @@
+"""Figures of device usage, memory and stragglers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.errors import ScalescopeError
+from analysis.plots._theme import (
+    PALETTE,
+    RANKS_TITLE,
+    _groups,
+    _need,
+    _vlines,
+    apply_theme,
+)
+
+
+def plot_device_usage(table: pd.DataFrame, *, boundaries: pd.DataFrame | None = None, by: str = "config_backend",
+                      title: str = "Device usage against ranks") -> go.Figure:
+    """One panel per sampled metric (GPU utilisation %, memory MiB, power W, CPU
+    utilisation %) against ranks, one line per configuration and unit
+    (:func:`analysis.metrics.utilization.usage_by_ranks`)."""
+    metrics = [(m, t) for m, t in (("util_gpu_pct_mean", "GPU utilisation (%)"),
+                                   ("mem_used_mib_mean", "GPU memory used (MiB)"),
+                                   ("power_w_mean", "GPU power (W)"),
+                                   ("cpu_util_pct_mean", "CPU utilisation (%)"),
+                                   ("rss_mib_mean", "resident memory (MiB)"))
+               if m in table.columns and table[m].notna().any()]
+    _need(table, ["n_ranks", "unit"], "plot_device_usage")
+    if not metrics:
+        raise ScalescopeError("plot_device_usage: the table has no sampled metric columns (*_mean)")
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[t.split(" (")[0] for _, t in metrics],
+                        horizontal_spacing=0.08)
+    unit_names = {"gpu": "per GPU", "rank": "per process", "host": "per node"}
+    i = 0
+    for key, g in _groups(table, by):
+        for unit, gu in g.groupby("unit", sort=True):
+            name = f"{key} {unit_names.get(unit, unit)}" if key is not None else unit_names.get(unit, unit)
+            colour = PALETTE[i % len(PALETTE)]
+            i += 1
+            gu = gu.sort_values("n_ranks")
+            for c, (m, _) in enumerate(metrics, start=1):
+                if gu[m].notna().any():
+                    fig.add_trace(go.Scatter(x=gu["n_ranks"].tolist(), y=gu[m].tolist(), mode="lines+markers",
+                                             name=name, legendgroup=name, showlegend=c == 1 or m == metrics[0][0],
+                                             line={"color": colour}), row=1, col=c)
+    for c, (_, t) in enumerate(metrics, start=1):
+        fig.update_yaxes(title_text=t, row=1, col=c, rangemode="tozero")
+    _vlines(fig, boundaries, cols=range(1, len(metrics) + 1))
+    fig.update_xaxes(title_text=RANKS_TITLE)
+    fig.update_layout(title=title)
+    return apply_theme(fig, width=max(800, 330 * len(metrics)))
+
+
+def plot_memory(table: pd.DataFrame, *, title: str = "Peak memory per rank") -> go.Figure:
+    """Peak memory (MiB) of every rank, grouped by run
+    (:func:`analysis.metrics.memory.peak_memory`)."""
+    _need(table, ["run_id", "rank", "peak_mem_mib"], "plot_memory")
+    fig = go.Figure()
+    for rank, g in table.groupby("rank", sort=True):
+        fig.add_trace(go.Bar(name=f"rank {rank}", x=g["run_id"].astype(str).tolist(), y=g["peak_mem_mib"].tolist()))
+    kind = ""
+    if "peak_mem_kind" in table.columns and table["peak_mem_kind"].nunique() == 1:
+        kind = {"cuda": "GPU ", "rss": "resident "}.get(str(table["peak_mem_kind"].iloc[0]), "")
+    fig.update_layout(barmode="group", title=title)
+    fig.update_xaxes(title_text="run")
+    fig.update_yaxes(title_text=f"peak {kind}memory (MiB)", rangemode="tozero")
+    return apply_theme(fig)
+
+
+def plot_stragglers(summary: pd.DataFrame, *, title: str = "Waiting for the slowest rank") -> go.Figure:
+    """Mean wait per step (ms) of each rank, one bar group per run, with how often the rank
+    was the last (:func:`analysis.metrics.stragglers.straggler_summary`)."""
+    _need(summary, ["run_id", "rank", "wait_mean_s", "last_frac"], "plot_stragglers")
+    fig = go.Figure()
+    for rank, g in summary.groupby("rank", sort=True):
+        fig.add_trace(go.Bar(name=f"rank {rank}", x=g["run_id"].astype(str).tolist(),
+                             y=(g["wait_mean_s"] * 1e3).tolist(),
+                             customdata=(g["last_frac"] * 100).tolist(),
+                             hovertemplate="wait %{y:.2f} ms, last in %{customdata:.0f} % of steps"))
+    fig.update_layout(barmode="group", title=title)
+    fig.update_xaxes(title_text="run")
+    fig.update_yaxes(title_text="mean wait per step (ms)", rangemode="tozero")
+    return apply_theme(fig)
+
+
+def plot_negotiation(table: pd.DataFrame, *, title: str = "Horovod negotiation: last rank ready") -> go.Figure:
+    """How late the last rank reported ready (ms) in each negotiation, coloured by which
+    rank was last (:func:`analysis.metrics.stragglers.negotiation_stragglers`)."""
+    _need(table, ["tensor", "last_rank", "lag_s", "first_ready_ns"], "plot_negotiation")
+    fig = go.Figure()
+    t0 = table["first_ready_ns"].min() if len(table) else 0
+    for rank, g in table.groupby("last_rank", sort=True):
+        fig.add_trace(go.Scatter(x=((g["first_ready_ns"] - t0) / 1e9).tolist(), y=(g["lag_s"] * 1e3).tolist(),
+                                 mode="markers", name=f"rank {rank} last", text=g["tensor"].astype(str).tolist()))
+    fig.update_layout(title=title)
+    fig.update_xaxes(title_text="time since the first negotiation (s)")
+    fig.update_yaxes(title_text="last minus first ready (ms)", rangemode="tozero")
+    return apply_theme(fig)
+
+
+def plot_gpu_lines(timeline: pd.DataFrame, *, title: str = "Each GPU of the run over time") -> go.Figure:
+    """Utilisation (%), memory used (MiB) and power (W) against time, one line per GPU
+    (:func:`analysis.metrics.utilization.gpu_timeline`)."""
+    _need(timeline, ["gpu", "t_s"], "plot_gpu_lines")
+    panels = [(m, t) for m, t in (("util_gpu_pct", "GPU utilisation (%)"), ("mem_used_mib", "memory used (MiB)"),
+                                  ("power_w", "power (W)")) if m in timeline.columns and timeline[m].notna().any()]
+    if not panels:
+        raise ScalescopeError("plot_gpu_lines: the timeline has no GPU metric (util_gpu_pct, mem_used_mib, power_w)")
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.06)
+    for i, (gpu, g) in enumerate(timeline.groupby("gpu", sort=True)):
+        colour = PALETTE[i % len(PALETTE)]
+        for row, (m, _) in enumerate(panels, start=1):
+            fig.add_trace(go.Scatter(x=g["t_s"].tolist(), y=g[m].tolist(), mode="lines", name=f"GPU {gpu}",
+                                     legendgroup=str(gpu), showlegend=row == 1, line={"color": colour}),
+                          row=row, col=1)
+    for row, (_, t) in enumerate(panels, start=1):
+        fig.update_yaxes(title_text=t, row=row, col=1, rangemode="tozero")
+    fig.update_xaxes(title_text="time since the first sample (s)", row=len(panels), col=1)
+    fig.update_layout(title=title)
+    return apply_theme(fig, height=260 * len(panels) + 150)
+
+
+def plot_gpu_memory_phases(table: pd.DataFrame, *,
+                           title: str = "GPU memory before and during training") -> go.Figure:
+    """Memory used (MiB) of each GPU before training and at its peak during training
+    (:func:`analysis.metrics.utilization.gpu_memory_phases`)."""
+    _need(table, ["run_id", "host", "device", "mem_before_mib", "mem_during_mib"], "plot_gpu_memory_phases")
+    t = table.sort_values(["run_id", "host", "device"])
+    labels = [f"{r.run_id} · {r.host}:{int(r.device)}" + (f" (rank {int(r.rank)})" if "rank" in t.columns
+                                                           and pd.notna(r.rank) else "") for r in t.itertuples()]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(name="before training", x=labels, y=t["mem_before_mib"].tolist(), marker_color=PALETTE[5]))
+    fig.add_trace(go.Bar(name="peak during training", x=labels, y=t["mem_during_mib"].tolist(),
+                         marker_color=PALETTE[0]))
+    fig.update_layout(barmode="group", title=title)
+    fig.update_xaxes(title_text="run · GPU", type="category")
+    fig.update_yaxes(title_text="GPU memory used (MiB)", rangemode="tozero")
+    return apply_theme(fig)
