@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import html
 import traceback
 import warnings
 from collections.abc import Callable, Sequence

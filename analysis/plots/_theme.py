@@ -52,27 +52,75 @@ RANKS_TITLE = "ranks (processes)"
 TIMELINE_COLOURS: dict[str, str] = {"step": "#DDDDDD", "allreduce": "#CC79A7"}
 
 
-def apply_theme(fig: go.Figure, *, width: int = 800, height: int = 520) -> go.Figure:
+def apply_theme(fig: go.Figure, *, height: int = 480, width: int | None = None) -> go.Figure:
     """Print-friendly style: white background, black axes with outside ticks, light grid,
-    a serif-free 13 pt font, the Okabe-Ito palette, legend above the plot. Returns ``fig``
-    (changed in place, so it can be chained)."""
+    a sans-serif 13 px font (about 10 pt at the print size of :mod:`analysis.export`), the
+    Okabe-Ito palette, the legend under the plot. No fixed width: the figure fills the report
+    page or a notebook's output area (``width`` fixes one when a caller needs it). Returns
+    ``fig`` (changed in place, so it can be chained)."""
     fig.update_layout(
         template="simple_white",
+        autosize=True,
         width=width,
-        height=height,
+        height=height + _legend_height(fig),
         font={"family": "Helvetica, Arial, sans-serif", "size": 13, "color": "#000000"},
-        title={"font": {"size": 15}, "x": 0.0, "xanchor": "left"},
+        title={"font": {"size": 15}, "x": 0.01, "xref": "container", "xanchor": "left"},
         colorway=list(PALETTE),
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "xanchor": "left", "x": 0.0,
-                "bgcolor": "rgba(255,255,255,0)"},
-        margin={"l": 80, "r": 20, "t": 70, "b": 150},
+        legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "xanchor": "left",
+                "x": 0.0, "bgcolor": "rgba(255,255,255,0)"},
+        margin={"l": 60, "r": 20, "t": 60, "b": 10},
         bargap=0.25,
+        hoverlabel={"namelength": -1},
     )
     fig.update_xaxes(showline=True, linecolor="#000000", ticks="outside", mirror=False, showgrid=False,
-                     zeroline=False)
+                     zeroline=False, automargin=True)
     fig.update_yaxes(showline=True, linecolor="#000000", ticks="outside", showgrid=True, gridcolor="#E5E5E5",
-                     zeroline=False)
+                     zeroline=False, automargin=True)
     return fig
+
+
+def _legend_height(fig: go.Figure, width_px: float = 560.0) -> int:
+    """Room for the legend under the plot at the print width: its entries laid out in rows
+    (about 7 px per character plus the symbol)."""
+    if fig.layout.showlegend is False:
+        return 0
+    names = list(dict.fromkeys(str(t.name) for t in fig.data if t.name and t.showlegend is not False))
+    if len(names) <= 1 and fig.layout.showlegend is not True:
+        return 0
+    rows, used = 1, 0.0
+    for n in names:
+        w = 7.0 * len(n) + 50
+        if used and used + w > width_px:
+            rows, used = rows + 1, 0.0
+        used += w
+    return 24 * rows + 40
+
+
+def rank_axis(fig: go.Figure, ranks: Sequence[float] | pd.Series, *, title: str | None = RANKS_TITLE,
+              **where) -> go.Figure:
+    """Integer ticks at the rank counts measured (every other one when there are many) on the
+    x axes ``where`` selects (``row=``, ``col=``), titled ``title``."""
+    vals = sorted({int(v) for v in pd.Series(list(ranks), dtype=float).dropna()})
+    step = max(1, int(np.ceil(len(vals) / 10)))
+    shown = vals[::step]
+    fig.update_xaxes(tickmode="array", tickvals=shown, ticktext=[str(v) for v in shown], **where)
+    if title:
+        fig.update_xaxes(title_text=title, **where)
+    return fig
+
+
+def hover(what: str, fmt: str = ".3g", unit: str = "", *, x: str = "%{x} ranks") -> str:
+    """A hover template: the trace's name, the x value and ``what`` with its unit."""
+    u = f" {unit}" if unit else ""
+    return f"<b>%{{fullData.name}}</b><br>{x}<br>{what}: %{{y:{fmt}}}{u}<extra></extra>"
+
+
+def time_axis(values: Sequence[float] | pd.Series) -> tuple[str, float]:
+    """(unit, factor) for times in seconds, as the tables show them
+    (:mod:`analysis.tables`): ms, or s when the typical value is 10 s or more."""
+    v = np.abs(pd.to_numeric(pd.Series(list(values)), errors="coerce").to_numpy(float))
+    v = v[np.isfinite(v)]
+    return ("s", 1.0) if len(v) and float(np.median(v)) >= 10.0 else ("ms", 1e3)
 
 
 def _need(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
@@ -81,18 +129,37 @@ def _need(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
         raise ScalescopeError(f"{what} needs column(s) {missing}; the table has {list(df.columns)}")
 
 
-def _groups(df: pd.DataFrame, by: str | Sequence[str] | None):
-    """(label, rows) per group; ``by`` may name several columns (label ``"a · b"``)."""
+#: Columns that make a configuration of their own wherever a table has several values of them:
+#: a figure never stacks or pools them (one trace, bar or label each).
+CONFIG_COLUMNS: tuple[str, ...] = ("batch_size",)
+
+
+def _config_cols(df: pd.DataFrame, cols: Sequence[str]) -> list[str]:
+    extra = [c for c in CONFIG_COLUMNS if c in df.columns and c not in cols and df[c].nunique(dropna=True) > 1]
+    return [*cols, *extra]
+
+
+def _part(col: str, v: object) -> str:
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return "–"
+    return f"bs {v}" if col == "batch_size" else str(v)
+
+
+def _groups(df: pd.DataFrame, by: str | Sequence[str] | None, *, x: str | None = None):
+    """(label, rows) per group; ``by`` may name several columns (label ``"a · b"``). A batch
+    size column with several values always splits the groups (label ``"... · bs 75"``),
+    unless it is the x axis ``x``."""
     cols = [by] if isinstance(by, str) else list(by or ())
-    cols = [c for c in cols if c in df.columns]
+    cols = [c for c in _config_cols(df, [c for c in cols if c in df.columns]) if c != x]
     if not cols:
         yield None, df
         return
     if len(cols) == 1:
-        yield from df.groupby(cols[0], sort=True, dropna=False)
+        for key, g in df.groupby(cols[0], sort=True, dropna=False):
+            yield _part(cols[0], key), g
         return
     for key, g in df.groupby(cols, sort=True, dropna=False):
-        yield " · ".join("–" if pd.isna(k) else str(k) for k in key), g
+        yield " · ".join(_part(c, k) for c, k in zip(cols, key, strict=True)), g
 
 
 def _group_label(row: pd.Series, by: str | Sequence[str] | None) -> str | None:
@@ -102,12 +169,17 @@ def _group_label(row: pd.Series, by: str | Sequence[str] | None) -> str | None:
 
 
 def _bar_labels(df: pd.DataFrame, x: str, by: str | None) -> list[str]:
+    """One category label per row: ``x`` (with the node count), preceded by ``by`` when it
+    varies and by the batch size when it varies (never two rows on one bar)."""
     many = by is not None and by in df.columns and df[by].nunique(dropna=False) > 1
+    bs = "batch_size" in df.columns and df["batch_size"].nunique(dropna=True) > 1 and x != "batch_size"
     labels = []
     for _, r in df.iterrows():
         lab = f"{r[x]}"
         if "n_nodes" in df.columns and pd.notna(r["n_nodes"]) and r["n_nodes"] > 1:
             lab += f" ({int(r['n_nodes'])} nodes)"
+        if bs:
+            lab = f"bs {r['batch_size']} · {lab}"
         labels.append(f"{r[by]} · {lab}" if many else lab)
     return labels
 

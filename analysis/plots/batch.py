@@ -15,6 +15,8 @@ from analysis.plots._theme import (
     _groups,
     _need,
     apply_theme,
+    hover,
+    time_axis,
 )
 
 
@@ -24,18 +26,20 @@ def plot_batch_size(table: pd.DataFrame, *, by: str = "config_backend",
     (:func:`analysis.metrics.batch.batch_size_epoch_time`)."""
     _need(table, ["batch_size", "epoch_time_s"], "plot_batch_size")
     fig = go.Figure()
-    for key, g in _groups(table, by):
+    unit, k = time_axis(table["epoch_time_s"])
+    for key, g in _groups(table, by, x="batch_size"):
         g = g.sort_values("batch_size")
         err = {}
         if {"epoch_time_min_s", "epoch_time_max_s"} <= set(g.columns):
             err = {"error_y": {"type": "data", "symmetric": False,
-                               "array": (g["epoch_time_max_s"] - g["epoch_time_s"]).tolist(),
-                               "arrayminus": (g["epoch_time_s"] - g["epoch_time_min_s"]).tolist()}}
-        fig.add_trace(go.Scatter(x=g["batch_size"].tolist(), y=g["epoch_time_s"].tolist(), mode="lines+markers",
-                                 name=str(key) if key is not None else "measured", **err))
+                               "array": ((g["epoch_time_max_s"] - g["epoch_time_s"]) * k).tolist(),
+                               "arrayminus": ((g["epoch_time_s"] - g["epoch_time_min_s"]) * k).tolist()}}
+        fig.add_trace(go.Scatter(x=g["batch_size"].tolist(), y=(g["epoch_time_s"] * k).tolist(),
+                                 mode="lines+markers", name=str(key) if key is not None else "measured",
+                                 hovertemplate=hover("epoch time", ".3g", unit, x="batch %{x}"), **err))
     fig.update_layout(title=title)
     fig.update_xaxes(title_text="batch size per rank (samples)", type="log")
-    fig.update_yaxes(title_text="epoch time (s)", rangemode="tozero")
+    fig.update_yaxes(title_text=f"epoch time ({unit})", rangemode="tozero")
     return apply_theme(fig)
 
 
@@ -53,7 +57,9 @@ def plot_validation(curves: pd.DataFrame, *, x: str = "epoch", metric: str = "va
         label = str(run_id)
         if "global_batch_size" in g.columns and pd.notna(g["global_batch_size"].iloc[0]):
             label = f"batch {int(g['global_batch_size'].iloc[0])} · {run_id}"
-        fig.add_trace(go.Scatter(x=g[x].tolist(), y=g[metric].tolist(), mode="lines+markers", name=label))
+        fig.add_trace(go.Scatter(x=g[x].tolist(), y=g[metric].tolist(), mode="lines+markers", name=label,
+                                 hovertemplate=hover(metric.replace("_", " "), ".4g",
+                                                     x="epoch %{x}" if x == "epoch" else "%{x:.1f} s")))
     ylab = {"val_metric": "validation metric", "val_loss": "validation loss", "train_loss": "training loss"}
     fig.update_layout(title=title or f"{ylab.get(metric, metric)} against {'epochs' if x == 'epoch' else 'time'}")
     fig.update_xaxes(title_text="epoch" if x == "epoch" else "training time (s)")
@@ -76,6 +82,7 @@ def plot_input_size(table: pd.DataFrame, *, by: str | Sequence[str] = ("config_b
         name = str(key) if key is not None else "measured"
         ok = g[g["throughput_samples_per_s"].notna()]
         fig.add_trace(go.Scatter(x=ok["size"].tolist(), y=ok["throughput_samples_per_s"].tolist(),
+                                 hovertemplate=hover("throughput", ".4g", "samples/s", x=f"{size_label} %{{x}}"),
                                  mode="lines+markers", name=name, line={"color": colour}))
         oom = g[g["n_oom"] > 0]
         if len(oom):
@@ -101,14 +108,15 @@ def plot_batch_speedup(table: pd.DataFrame, *, by: str = "config_backend",
     batch (:func:`analysis.metrics.batch.batch_speedup`)."""
     _need(table, ["batch_size", "speedup"], "plot_batch_speedup")
     fig = go.Figure()
-    for key, g in _groups(table, by):
+    for key, g in _groups(table, by, x="batch_size"):
         g = g.sort_values("batch_size")
         fig.add_trace(go.Scatter(x=g["batch_size"].tolist(), y=g["speedup"].tolist(), mode="lines+markers",
-                                 name=str(key) if key is not None else "measured"))
+                                 name=str(key) if key is not None else "measured",
+                                 hovertemplate=hover("speedup", ".2f", "×", x="batch %{x}")))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#000000")
     fig.update_layout(title=title)
     fig.update_xaxes(title_text="batch size per rank (samples)", type="log")
-    fig.update_yaxes(title_text="speedup (×, epoch time at the reference batch / epoch time)", rangemode="tozero")
+    fig.update_yaxes(title_text="speedup (×, T(reference batch) / T)", rangemode="tozero")
     return apply_theme(fig)
 
 
@@ -120,19 +128,24 @@ def plot_equal_batch(table: pd.DataFrame, *, title: str = "The same global batch
     t = table.sort_values(["global_batch_size", "n_ranks"])
     lr = t["lr_scaling"].astype(str) if "lr_scaling" in t.columns else pd.Series("", index=t.index)
     t = t.assign(_x=[f"{int(r.n_ranks)} × {int(r.batch_size)}" for r in t.itertuples()], _lr=lr)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "final validation loss"))
+    unit, k = time_axis(t["epoch_time_s"])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "final validation loss"),
+                        horizontal_spacing=0.15)
     for i, (rule, g) in enumerate(t.groupby("_lr", sort=True)):
         name = f"lr {rule}" if rule else "runs"
         colour = PALETTE[i % len(PALETTE)]
-        fig.add_trace(go.Bar(name=name, x=g["_x"].tolist(), y=g["epoch_time_s"].tolist(), marker_color=colour,
-                             legendgroup=name), row=1, col=1)
+        fig.add_trace(go.Bar(name=name, x=g["_x"].tolist(), y=(g["epoch_time_s"] * k).tolist(), marker_color=colour,
+                             legendgroup=name, hovertemplate=hover("epoch time", ".3g", unit, x="%{x} (ranks × batch)")),
+                      row=1, col=1)
         fig.add_trace(go.Bar(name=name, x=g["_x"].tolist(), y=g["final_val_loss"].tolist(), marker_color=colour,
-                             legendgroup=name, showlegend=False), row=1, col=2)
+                             legendgroup=name, showlegend=False,
+                             hovertemplate=hover("final validation MSE", ".4g", x="%{x} (ranks × batch)")),
+                      row=1, col=2)
     fig.update_layout(barmode="group", title=title)
     fig.update_xaxes(title_text="ranks × batch per rank", type="category")
-    fig.update_yaxes(title_text="epoch time (s)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text=f"epoch time ({unit})", row=1, col=1, rangemode="tozero")
     fig.update_yaxes(title_text="validation MSE (log)", row=1, col=2, type="log")
-    return apply_theme(fig, width=1000)
+    return apply_theme(fig)
 
 
 def plot_lr_curves(table: pd.DataFrame, *, x: str = "epoch", metric: str = "val_loss",
@@ -157,12 +170,14 @@ def plot_lr_curves(table: pd.DataFrame, *, x: str = "epoch", metric: str = "val_
                                  fillcolor=colour, opacity=0.15, line={"width": 0}, hoverinfo="skip",
                                  showlegend=False, legendgroup=name))
         fig.add_trace(go.Scatter(x=xs, y=g[med].tolist(), mode="lines+markers", name=name, legendgroup=name,
+                                 hovertemplate=hover(f"{metric.replace('_', ' ')} (median)", ".4g",
+                                                     x="epoch %{x}" if x == "epoch" else "%{x:.1f} s"),
                                  line={"color": colour}))
     if budget_s is not None and x == "wall_s":
         fig.add_vline(x=budget_s, line_dash="dash", line_color="#666666", annotation_text="time budget")
     label = {"val_loss": "validation MSE", "train_loss": "training MSE"}.get(metric, metric)
     fig.update_layout(title=title or f"{label} against {'epochs' if x == 'epoch' else 'training time'} "
-                                     "(median over repeats, band: min-max)")
+                                     "(band: min-max of repeats)")
     fig.update_xaxes(title_text="epoch" if x == "epoch" else "training time (s, median over repeats)")
     fig.update_yaxes(title_text=f"{label} (log)", type="log")
     return apply_theme(fig)

@@ -18,6 +18,7 @@ from analysis.plots._theme import (
     _bar_labels,
     _need,
     apply_theme,
+    hover,
 )
 
 
@@ -33,21 +34,20 @@ def plot_breakdown(table: pd.DataFrame, *, x: str = "n_ranks", by: str | None = 
     """
     comps = ["data", "forward", "backward", "sync_exposed", "optimizer", "other"]
     _need(table, [x, *[f"{c}_frac" for c in comps]], "plot_breakdown")
-    t = table.sort_values([c for c in (by, x) if c and c in table.columns])
+    t = table.sort_values([c for c in (by, "batch_size", x) if c and c in table.columns])
     labels = _bar_labels(t, x, by)
     fig = go.Figure()
     for c in comps:
         fig.add_trace(go.Bar(name=COMPONENT_LABELS[c], x=labels, y=(t[f"{c}_frac"] * 100).tolist(),
                              marker_color=COMPONENT_COLOURS[c],
-                             hovertemplate="%{x}: %{y:.1f} %<extra>" + COMPONENT_LABELS[c] + "</extra>"))
+                             hovertemplate="<b>%{x}</b><br>" + COMPONENT_LABELS[c]
+                                           + ": %{y:.1f} % of the step<extra></extra>"))
     fig.update_layout(barmode="stack", title=title)
     many = by is not None and by in t.columns and t[by].nunique(dropna=False) > 1  # as _bar_labels
-    fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if many else RANKS_TITLE, type="category")
+    fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if many else RANKS_TITLE, type="category",
+                     tickangle=-35 if many else 0)
     fig.update_yaxes(title_text="share of step time (%)", range=[0, 100])
-    apply_theme(fig)
-    if many:  # slanted category labels need the room the legend had
-        fig.update_layout(legend={"y": -0.42}, margin={"b": 200}, height=580)
-    return fig
+    return apply_theme(fig, height=540 if many else 480)
 
 
 def plot_gpu_breakdown(table: pd.DataFrame, *, title: str = "GPU time per rank (HTA temporal breakdown)") -> go.Figure:
@@ -61,9 +61,11 @@ def plot_gpu_breakdown(table: pd.DataFrame, *, title: str = "GPU time per rank (
     fig = go.Figure()
     for c in comps:
         fig.add_trace(go.Bar(name=COMPONENT_LABELS[c], x=labels, y=(t[f"{c}_frac"] * 100).tolist(),
-                             marker_color=COMPONENT_COLOURS[c]))
+                             marker_color=COMPONENT_COLOURS[c],
+                             hovertemplate="<b>%{x}</b><br>" + COMPONENT_LABELS[c]
+                                           + ": %{y:.1f} % of the GPU time span<extra></extra>"))
     fig.update_layout(barmode="stack", title=title)
-    fig.update_xaxes(title_text="rank", type="category")
+    fig.update_xaxes(title_text="rank", type="category", tickangle=-30 if many else 0)
     fig.update_yaxes(title_text="share of GPU time span (%)", range=[0, 100])
     return apply_theme(fig)
 
@@ -77,9 +79,10 @@ def plot_allreduce_activity(table: pd.DataFrame, *, title: str = "Horovod allred
     _need(table, ["run_id", *[p for p, _ in parts]], "plot_allreduce_activity")
     fig = go.Figure()
     for col, name in parts:
-        fig.add_trace(go.Bar(name=name, x=table["run_id"].astype(str).tolist(), y=(table[col] * 1e3).tolist()))
+        fig.add_trace(go.Bar(name=name, x=table["run_id"].astype(str).tolist(), y=(table[col] * 1e3).tolist(),
+                             hovertemplate=hover(name, ".3g", "ms over the run", x="%{x}")))
     fig.update_layout(barmode="group", title=title)
-    fig.update_xaxes(title_text="run")
+    fig.update_xaxes(title_text="run", type="category", tickangle=-30)
     fig.update_yaxes(title_text="time over the run (ms)")
     return apply_theme(fig)
 
@@ -89,15 +92,18 @@ def plot_compute_update(table: pd.DataFrame, *, by: str = "config_backend",
     """Stacked bars per rank count: forward+backward, optimizer and exposed sync time per
     step (ms) (:func:`analysis.metrics.memory.compute_update_breakdown`)."""
     _need(table, ["n_ranks", "compute_per_step_s", "update_per_step_s", "sync_per_step_s"], "plot_compute_update")
-    t = table.sort_values([c for c in (by, "n_ranks") if c in table.columns])
+    t = table.sort_values([c for c in (by, "batch_size", "n_ranks") if c in table.columns])
     labels = _bar_labels(t, "n_ranks", by)
     fig = go.Figure()
     for col, name, colour in (("compute_per_step_s", "forward + backward", COMPONENT_COLOURS["backward"]),
                               ("update_per_step_s", "optimizer (weight update)", COMPONENT_COLOURS["optimizer"]),
                               ("sync_per_step_s", "gradient sync (exposed)", COMPONENT_COLOURS["sync_exposed"])):
-        fig.add_trace(go.Bar(name=name, x=labels, y=(t[col] * 1e3).tolist(), marker_color=colour))
+        fig.add_trace(go.Bar(name=name, x=labels, y=(t[col] * 1e3).tolist(), marker_color=colour,
+                             hovertemplate="<b>%{x}</b><br>" + name + ": %{y:.3g} ms per step<extra></extra>"))
+    many = len(set(labels)) > 4 or any(" · " in lab for lab in labels)
     fig.update_layout(barmode="stack", title=title)
-    fig.update_xaxes(title_text=RANKS_TITLE, type="category")
+    fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if " · " in "".join(labels) else RANKS_TITLE,
+                     type="category", tickangle=-35 if many else 0)
     fig.update_yaxes(title_text="time per step (ms)")
     return apply_theme(fig)
 

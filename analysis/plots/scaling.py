@@ -12,12 +12,14 @@ from plotly.subplots import make_subplots
 
 from analysis.plots._theme import (
     PALETTE,
-    RANKS_TITLE,
     _group_label,
     _groups,
     _need,
     _vlines,
     apply_theme,
+    hover,
+    rank_axis,
+    time_axis,
 )
 
 
@@ -45,7 +47,8 @@ def plot_scaling(
         Column(s) that make one line each, e.g. ``("partition", "config_backend")``.
     """
     _need(table, ["n_ranks", "speedup", "efficiency_frac", "baseline_n_ranks"], "plot_scaling")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup", "efficiency"), horizontal_spacing=0.12)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup against the baseline", "efficiency"),
+                        horizontal_spacing=0.16)
     n_all = np.sort(table["n_ranks"].dropna().unique().astype(float))
     for i, (key, g) in enumerate(_groups(table, by)):
         g = g.sort_values("n_ranks")
@@ -57,10 +60,11 @@ def plot_scaling(
                                "array": (g["speedup_max"] - g["speedup"]).tolist(),
                                "arrayminus": (g["speedup"] - g["speedup_min"]).tolist()}}
         fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=g["speedup"].tolist(), mode="lines+markers", name=name,
-                                 legendgroup=name, line={"color": colour}, **err), row=1, col=1)
+                                 legendgroup=name, line={"color": colour}, hovertemplate=hover("speedup", ".2f", "×"),
+                                 **err), row=1, col=1)
         fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=(g["efficiency_frac"] * 100).tolist(),
                                  mode="lines+markers", name=name, legendgroup=name, showlegend=False,
-                                 line={"color": colour}), row=1, col=2)
+                                 line={"color": colour}, hovertemplate=hover("efficiency", ".1f", "%")), row=1, col=2)
     n0 = float(table["baseline_n_ranks"].iloc[0]) if len(table) else 1.0
     if len(n_all):
         fig.add_trace(go.Scatter(x=n_all.tolist(), y=(n_all / n0).tolist(), mode="lines", name="ideal",
@@ -82,10 +86,10 @@ def plot_scaling(
                                      name=f"{label}: {f['slope_per_rank']:.2f} per rank{ci}"), row=1, col=1)
     _vlines(fig, boundaries, cols=(1, 2))
     fig.update_layout(title=title)
-    fig.update_xaxes(title_text=RANKS_TITLE)
-    fig.update_yaxes(title_text="speedup (×, relative to the baseline)", row=1, col=1, rangemode="tozero")
+    rank_axis(fig, table["n_ranks"])
+    fig.update_yaxes(title_text="speedup (×)", row=1, col=1, rangemode="tozero")
     fig.update_yaxes(title_text="efficiency (%)", row=1, col=2, rangemode="tozero")
-    return apply_theme(fig, width=1000)
+    return apply_theme(fig)
 
 
 def plot_sync(table: pd.DataFrame, *, by: str = "config_backend",
@@ -95,7 +99,7 @@ def plot_sync(table: pd.DataFrame, *, by: str = "config_backend",
     epoch, sync time per epoch (``sync_total``, ms)
     (:func:`analysis.metrics.sync.sync_scaling`; ``docs/metrics.md`` defines both)."""
     _need(table, ["n_ranks", "sync_median_s", "syncs_per_epoch", "sync_per_epoch_s"], "plot_sync")
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.1,
+    fig = make_subplots(rows=3, cols=1, vertical_spacing=0.1, shared_xaxes=True,
                         subplot_titles=("sync_total per synchronisation", "synchronisations per epoch",
                                         "sync_total per epoch"))
     for i, (key, g) in enumerate(_groups(table, by)):
@@ -109,38 +113,52 @@ def plot_sync(table: pd.DataFrame, *, by: str = "config_backend",
                                "arrayminus": ((g["sync_median_s"] - g["sync_min_s"]) * 1e3).tolist()}}
         x = g["n_ranks"].tolist()
         fig.add_trace(go.Scatter(x=x, y=(g["sync_median_s"] * 1e3).tolist(), mode="lines+markers", name=name,
-                                 legendgroup=name, line={"color": colour}, **err), row=1, col=1)
+                                 legendgroup=name, line={"color": colour},
+                                 hovertemplate=hover("sync_total per sync (median)", ".2f", "ms"), **err), row=1, col=1)
         if "exposed_mean_s" in g:
             fig.add_trace(go.Scatter(x=x, y=(g["exposed_mean_s"] * 1e3).tolist(), mode="lines+markers",
                                      name=f"{name} (exposed)", legendgroup=name,
+                                     hovertemplate=hover("sync_exposed per sync (mean)", ".2f", "ms"),
                                      line={"color": colour, "dash": "dot"}), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=g["syncs_per_epoch"].tolist(), mode="lines+markers", name=name,
-                                 legendgroup=name, showlegend=False, line={"color": colour}), row=1, col=2)
+                                 legendgroup=name, showlegend=False, line={"color": colour},
+                                 hovertemplate=hover("syncs per epoch", ".0f")), row=2, col=1)
         fig.add_trace(go.Scatter(x=x, y=(g["sync_per_epoch_s"] * 1e3).tolist(), mode="lines+markers", name=name,
-                                 legendgroup=name, showlegend=False, line={"color": colour}), row=1, col=3)
+                                 legendgroup=name, showlegend=False, line={"color": colour},
+                                 hovertemplate=hover("sync_total per epoch", ".1f", "ms")), row=3, col=1)
     fig.update_layout(title=title)
-    fig.update_xaxes(title_text=RANKS_TITLE)
+    rank_axis(fig, table["n_ranks"], title=None)
+    rank_axis(fig, table["n_ranks"], row=3, col=1)
     fig.update_yaxes(title_text="sync_total per sync (ms)", row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title_text="syncs per epoch (count)", row=1, col=2, rangemode="tozero")
-    fig.update_yaxes(title_text="sync_total per epoch (ms)", row=1, col=3, rangemode="tozero")
-    return apply_theme(fig, width=1100)
+    fig.update_yaxes(title_text="syncs per epoch (count)", row=2, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="sync_total per epoch (ms)", row=3, col=1, rangemode="tozero")
+    return apply_theme(fig, height=760)
 
 
 def plot_overhead(table: pd.DataFrame, *, title: str = "Framework overhead at one rank") -> go.Figure:
-    """Bars of the baseline's and each framework's one-rank epoch time (s), labelled with
-    the overhead in % (:func:`analysis.metrics.overhead.framework_overhead`)."""
+    """Bars of the baseline's and each framework's one-rank epoch time (ms, or s for long
+    epochs), one pair per configuration (framework and batch size: never stacked or pooled),
+    labelled with the overhead in % (:func:`analysis.metrics.overhead.framework_overhead`)."""
     _need(table, ["config_backend", "epoch_time_s", "baseline_epoch_time_s", "overhead_pct"], "plot_overhead")
-    labels = table["config_backend"].astype(str).tolist()
+    t = table.sort_values([c for c in ("config_backend", "batch_size") if c in table.columns])
+    many_bs = "batch_size" in t.columns and t["batch_size"].nunique() > 1
+    labels = [f"{r.config_backend}, bs {r.batch_size}" if many_bs else str(r.config_backend)
+              for r in t.itertuples(index=False)]
+    unit, k = time_axis(pd.concat([t["epoch_time_s"], t["baseline_epoch_time_s"]]))
+    base, own = (t["baseline_epoch_time_s"] * k).tolist(), (t["epoch_time_s"] * k).tolist()
     fig = go.Figure()
-    fig.add_trace(go.Bar(name="baseline (no framework)", x=labels, y=table["baseline_epoch_time_s"].tolist(),
-                         marker_color="#BBBBBB"))
-    fig.add_trace(go.Bar(name="framework, 1 rank", x=labels, y=table["epoch_time_s"].tolist(),
-                         marker_color=PALETTE[0], text=[f"+{v:.1f} %" if v >= 0 else f"{v:.1f} %"
-                                                        for v in table["overhead_pct"]],
-                         textposition="outside"))
+    fig.add_trace(go.Bar(name="baseline (no framework)", x=labels, y=base, marker_color="#BBBBBB",
+                         hovertemplate=f"<b>%{{x}}</b><br>baseline epoch time: %{{y:.3g}} {unit}<extra></extra>"))
+    fig.add_trace(go.Bar(name="framework, 1 rank", x=labels, y=own, marker_color=PALETTE[0],
+                         text=[f"+{v:.1f} %" if v >= 0 else f"{v:.1f} %" for v in t["overhead_pct"]],
+                         textposition="outside", cliponaxis=False, textfont={"size": 12},
+                         customdata=t["overhead_pct"].tolist(),
+                         hovertemplate=f"<b>%{{x}}</b><br>epoch time: %{{y:.3g}} {unit}<br>overhead: "
+                                       "%{customdata:+.1f} %<extra></extra>"))
+    top = max([*base, *own, 0.0])
     fig.update_layout(barmode="group", title=title)
-    fig.update_xaxes(title_text="configuration")
-    fig.update_yaxes(title_text="epoch time (s)", rangemode="tozero")
+    fig.update_xaxes(title_text="configuration", type="category", tickangle=-30 if many_bs else 0)
+    fig.update_yaxes(title_text=f"epoch time ({unit})", range=[0, top * 1.15 if top > 0 else 1])
     return apply_theme(fig)
 
 
@@ -155,18 +173,22 @@ def plot_backends(table: pd.DataFrame, *, title: str = "Backend comparison") -> 
                          + (f", bs {int(r.batch_size)}" if "batch_size" in t.columns and pd.notna(r.batch_size)
                             and t["batch_size"].nunique() > 1 else "")
                          for r in t.itertuples()])
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "sync_total per step"))
+    unit, k = time_axis(t["epoch_time_s"])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "sync_total per step"),
+                        horizontal_spacing=0.15)
     for i, (key, g) in enumerate(t.groupby("config_backend", sort=True)):
         colour = PALETTE[i % len(PALETTE)]
-        fig.add_trace(go.Bar(name=str(key), x=g["_label"].tolist(), y=g["epoch_time_s"].tolist(),
-                             marker_color=colour, legendgroup=str(key)), row=1, col=1)
+        fig.add_trace(go.Bar(name=str(key), x=g["_label"].tolist(), y=(g["epoch_time_s"] * k).tolist(),
+                             marker_color=colour, legendgroup=str(key),
+                             hovertemplate=hover("epoch time", ".3g", unit, x="%{x}")), row=1, col=1)
         fig.add_trace(go.Bar(name=str(key), x=g["_label"].tolist(), y=(g["sync_per_step_s"] * 1e3).tolist(),
-                             marker_color=colour, legendgroup=str(key), showlegend=False), row=1, col=2)
+                             marker_color=colour, legendgroup=str(key), showlegend=False,
+                             hovertemplate=hover("sync_total per step", ".3g", "ms", x="%{x}")), row=1, col=2)
     fig.update_layout(barmode="group", title=title)
     fig.update_xaxes(title_text="configuration", type="category")
-    fig.update_yaxes(title_text="epoch time (s)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text=f"epoch time ({unit})", row=1, col=1, rangemode="tozero")
     fig.update_yaxes(title_text="sync_total per step (ms)", row=1, col=2, rangemode="tozero")
-    return apply_theme(fig, width=1000)
+    return apply_theme(fig)
 
 
 def plot_model(measured: pd.DataFrame, predicted: pd.DataFrame, *, measured_speedup: pd.DataFrame | None = None,
@@ -191,21 +213,26 @@ def plot_model(measured: pd.DataFrame, predicted: pd.DataFrame, *, measured_spee
                         subplot_titles=("sync time per step", "speedup") if two else None)
     p = predicted.sort_values("n_ranks")
     fig.add_trace(go.Scatter(x=measured["n_ranks"].tolist(), y=(measured["sync_s"] * 1e3).tolist(), mode="markers",
-                             name="measured", marker={"color": PALETTE[0], "size": 9}), row=1, col=1)
+                             name="measured", marker={"color": PALETTE[0], "size": 9},
+                             hovertemplate=hover("sync time per step", ".3g", "ms")), row=1, col=1)
     fig.add_trace(go.Scatter(x=p["n_ranks"].tolist(), y=(p["sync_pred_s"] * 1e3).tolist(), mode="lines",
-                             name="model", line={"color": PALETTE[3]}), row=1, col=1)
+                             name="model", line={"color": PALETTE[3]},
+                             hovertemplate=hover("predicted sync per step", ".3g", "ms")), row=1, col=1)
     fig.update_yaxes(title_text="sync time per step (ms)", row=1, col=1, rangemode="tozero")
     if two:
         ms = measured_speedup.sort_values("n_ranks")
         fig.add_trace(go.Scatter(x=ms["n_ranks"].tolist(), y=ms["speedup"].tolist(), mode="markers",
                                  name="measured speedup", marker={"color": PALETTE[0], "symbol": "square",
-                                                                  "size": 9}), row=1, col=2)
+                                                                  "size": 9},
+                                 hovertemplate=hover("speedup", ".2f", "×")), row=1, col=2)
         fig.add_trace(go.Scatter(x=p["n_ranks"].tolist(), y=p["speedup"].tolist(), mode="lines",
-                                 name="model speedup", line={"color": PALETTE[3], "dash": "dash"}), row=1, col=2)
+                                 name="model speedup", line={"color": PALETTE[3], "dash": "dash"},
+                                 hovertemplate=hover("predicted speedup", ".2f", "×")), row=1, col=2)
         fig.update_yaxes(title_text="speedup (×)", row=1, col=2, rangemode="tozero")
-    fig.update_xaxes(title_text=RANKS_TITLE)
+    ranks = pd.concat([measured["n_ranks"], p["n_ranks"]])
+    rank_axis(fig, ranks)
     fig.update_layout(title=title)
-    return apply_theme(fig, width=1000 if two else 800)
+    return apply_theme(fig)
 
 
 def plot_speedup_slopes(fit: pd.DataFrame, *, by: str | Sequence[str] = "partition",
@@ -217,6 +244,7 @@ def plot_speedup_slopes(fit: pd.DataFrame, *, by: str | Sequence[str] = "partiti
     labels = [_group_label(r, by) or "all" for _, r in fit.iterrows()]
     fig = go.Figure(go.Bar(
         x=labels, y=fit["slope_per_rank"].tolist(), marker_color=PALETTE[0], name="slope",
+        hovertemplate="<b>%{x}</b><br>speedup per added rank: %{y:.2f} ×/rank<extra></extra>",
         error_y={"type": "data", "symmetric": False,
                  "array": (fit["slope_ci_high"] - fit["slope_per_rank"]).fillna(0).tolist(),
                  "arrayminus": (fit["slope_per_rank"] - fit["slope_ci_low"]).fillna(0).tolist()}))
@@ -237,21 +265,23 @@ def plot_strong_weak(table: pd.DataFrame, *, by: str | Sequence[str] = "config_b
           "plot_strong_weak")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "efficiency"), horizontal_spacing=0.12)
     cols = ["scaling", *([by] if isinstance(by, str) else list(by))]
+    unit, k = time_axis(table["epoch_time_s_median"])
     for i, (key, g) in enumerate(_groups(table, cols)):
         g = g.sort_values("n_ranks")
         colour = PALETTE[i % len(PALETTE)]
         name = str(key)
-        fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=g["epoch_time_s_median"].tolist(), mode="lines+markers",
-                                 name=name, legendgroup=name, line={"color": colour}), row=1, col=1)
-        fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=g["ideal_epoch_time_s"].tolist(), mode="lines",
-                                 name=f"ideal {name}", legendgroup=name, line={"color": colour, "dash": "dot"}),
-                      row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=(g["epoch_time_s_median"] * k).tolist(),
+                                 mode="lines+markers", name=name, legendgroup=name, line={"color": colour},
+                                 hovertemplate=hover("epoch time (median)", ".3g", unit)), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=(g["ideal_epoch_time_s"] * k).tolist(), mode="lines",
+                                 name=f"ideal {name}", legendgroup=name, line={"color": colour, "dash": "dot"},
+                                 hovertemplate=hover("ideal epoch time", ".3g", unit)), row=1, col=1)
         fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=(g["efficiency_frac"] * 100).tolist(),
                                  mode="lines+markers", name=name, legendgroup=name, showlegend=False,
-                                 line={"color": colour}), row=1, col=2)
+                                 line={"color": colour}, hovertemplate=hover("efficiency", ".1f", "%")), row=1, col=2)
     fig.add_hline(y=100.0, line_dash="dot", line_color="#000000", row=1, col=2)
     fig.update_layout(title=title)
-    fig.update_xaxes(title_text=RANKS_TITLE)
-    fig.update_yaxes(title_text="epoch time (s, median over repeats)", row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title_text="efficiency (%, each mode against its ideal)", row=1, col=2, rangemode="tozero")
-    return apply_theme(fig, width=1000)
+    rank_axis(fig, table["n_ranks"])
+    fig.update_yaxes(title_text=f"epoch time ({unit}, median)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="efficiency (%, against its ideal)", row=1, col=2, rangemode="tozero")
+    return apply_theme(fig)

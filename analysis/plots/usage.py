@@ -9,11 +9,12 @@ from plotly.subplots import make_subplots
 from analysis.errors import ScalescopeError
 from analysis.plots._theme import (
     PALETTE,
-    RANKS_TITLE,
     _groups,
     _need,
     _vlines,
     apply_theme,
+    hover,
+    rank_axis,
 )
 
 
@@ -31,8 +32,11 @@ def plot_device_usage(table: pd.DataFrame, *, boundaries: pd.DataFrame | None = 
     _need(table, ["n_ranks", "unit"], "plot_device_usage")
     if not metrics:
         raise ScalescopeError("plot_device_usage: the table has no sampled metric columns (*_mean)")
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[t.split(" (")[0] for _, t in metrics],
-                        horizontal_spacing=0.08)
+    ncols = 1 if len(metrics) == 1 else 2
+    nrows = -(-len(metrics) // ncols)
+    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[t.split(" (")[0] for _, t in metrics],
+                        horizontal_spacing=0.15, vertical_spacing=0.5 / nrows if nrows > 1 else 0.1)
+    cell = {m: (k // ncols + 1, k % ncols + 1) for k, (m, _) in enumerate(metrics)}
     unit_names = {"gpu": "per GPU", "rank": "per process", "host": "per node"}
     i = 0
     for key, g in _groups(table, by):
@@ -41,17 +45,24 @@ def plot_device_usage(table: pd.DataFrame, *, boundaries: pd.DataFrame | None = 
             colour = PALETTE[i % len(PALETTE)]
             i += 1
             gu = gu.sort_values("n_ranks")
-            for c, (m, _) in enumerate(metrics, start=1):
+            shown = False
+            for m, t in metrics:
                 if gu[m].notna().any():
+                    what, _, unit_ = t.partition(" (")
                     fig.add_trace(go.Scatter(x=gu["n_ranks"].tolist(), y=gu[m].tolist(), mode="lines+markers",
-                                             name=name, legendgroup=name, showlegend=c == 1 or m == metrics[0][0],
-                                             line={"color": colour}), row=1, col=c)
-    for c, (_, t) in enumerate(metrics, start=1):
-        fig.update_yaxes(title_text=t, row=1, col=c, rangemode="tozero")
-    _vlines(fig, boundaries, cols=range(1, len(metrics) + 1))
-    fig.update_xaxes(title_text=RANKS_TITLE)
+                                             name=name, legendgroup=name, showlegend=not shown,
+                                             line={"color": colour},
+                                             hovertemplate=hover(what, ".3g", unit_.rstrip(")"))),
+                                  row=cell[m][0], col=cell[m][1])
+                    shown = True
+    for m, t in metrics:
+        fig.update_yaxes(title_text=t, row=cell[m][0], col=cell[m][1],
+                         rangemode="tozero")
+    for r in range(1, nrows + 1):
+        _vlines(fig, boundaries, cols=[c for c in range(1, ncols + 1) if (r, c) in cell.values()], row=r)
+    rank_axis(fig, table["n_ranks"])
     fig.update_layout(title=title)
-    return apply_theme(fig, width=max(800, 330 * len(metrics)))
+    return apply_theme(fig, height=120 + 300 * nrows)
 
 
 def plot_memory(table: pd.DataFrame, *, title: str = "Peak memory per rank") -> go.Figure:
@@ -60,12 +71,13 @@ def plot_memory(table: pd.DataFrame, *, title: str = "Peak memory per rank") -> 
     _need(table, ["run_id", "rank", "peak_mem_mib"], "plot_memory")
     fig = go.Figure()
     for rank, g in table.groupby("rank", sort=True):
-        fig.add_trace(go.Bar(name=f"rank {rank}", x=g["run_id"].astype(str).tolist(), y=g["peak_mem_mib"].tolist()))
+        fig.add_trace(go.Bar(name=f"rank {rank}", x=g["run_id"].astype(str).tolist(), y=g["peak_mem_mib"].tolist(),
+                             hovertemplate=hover("peak memory", ".4g", "MiB", x="%{x}")))
     kind = ""
     if "peak_mem_kind" in table.columns and table["peak_mem_kind"].nunique() == 1:
         kind = {"cuda": "GPU ", "rss": "resident "}.get(str(table["peak_mem_kind"].iloc[0]), "")
     fig.update_layout(barmode="group", title=title)
-    fig.update_xaxes(title_text="run")
+    fig.update_xaxes(title_text="run", type="category", tickangle=-30)
     fig.update_yaxes(title_text=f"peak {kind}memory (MiB)", rangemode="tozero")
     return apply_theme(fig)
 
@@ -79,9 +91,10 @@ def plot_stragglers(summary: pd.DataFrame, *, title: str = "Waiting for the slow
         fig.add_trace(go.Bar(name=f"rank {rank}", x=g["run_id"].astype(str).tolist(),
                              y=(g["wait_mean_s"] * 1e3).tolist(),
                              customdata=(g["last_frac"] * 100).tolist(),
-                             hovertemplate="wait %{y:.2f} ms, last in %{customdata:.0f} % of steps"))
+                             hovertemplate="<b>%{x}</b>, rank " + str(rank) + "<br>mean wait %{y:.2f} ms per step"
+                                           "<br>last in %{customdata:.0f} % of steps<extra></extra>"))
     fig.update_layout(barmode="group", title=title)
-    fig.update_xaxes(title_text="run")
+    fig.update_xaxes(title_text="run", type="category", tickangle=-30)
     fig.update_yaxes(title_text="mean wait per step (ms)", rangemode="tozero")
     return apply_theme(fig)
 
@@ -94,7 +107,10 @@ def plot_negotiation(table: pd.DataFrame, *, title: str = "Horovod negotiation: 
     t0 = table["first_ready_ns"].min() if len(table) else 0
     for rank, g in table.groupby("last_rank", sort=True):
         fig.add_trace(go.Scatter(x=((g["first_ready_ns"] - t0) / 1e9).tolist(), y=(g["lag_s"] * 1e3).tolist(),
-                                 mode="markers", name=f"rank {rank} last", text=g["tensor"].astype(str).tolist()))
+                                 mode="markers", name=f"rank {rank} last", text=g["tensor"].astype(str).tolist(),
+                                 hovertemplate="<b>%{text}</b><br>%{x:.3f} s since the first negotiation<br>"
+                                               "last ready %{y:.2f} ms after the first<extra>%{fullData.name}"
+                                               "</extra>"))
     fig.update_layout(title=title)
     fig.update_xaxes(title_text="time since the first negotiation (s)")
     fig.update_yaxes(title_text="last minus first ready (ms)", rangemode="tozero")
@@ -112,9 +128,11 @@ def plot_gpu_lines(timeline: pd.DataFrame, *, title: str = "Each GPU of the run 
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.06)
     for i, (gpu, g) in enumerate(timeline.groupby("gpu", sort=True)):
         colour = PALETTE[i % len(PALETTE)]
-        for row, (m, _) in enumerate(panels, start=1):
+        for row, (m, t) in enumerate(panels, start=1):
+            what, _, unit = t.partition(" (")
             fig.add_trace(go.Scatter(x=g["t_s"].tolist(), y=g[m].tolist(), mode="lines", name=f"GPU {gpu}",
-                                     legendgroup=str(gpu), showlegend=row == 1, line={"color": colour}),
+                                     legendgroup=str(gpu), showlegend=row == 1, line={"color": colour},
+                                     hovertemplate=hover(what, ".3g", unit.rstrip(")"), x="%{x:.1f} s")),
                           row=row, col=1)
     for row, (_, t) in enumerate(panels, start=1):
         fig.update_yaxes(title_text=t, row=row, col=1, rangemode="tozero")
@@ -132,10 +150,11 @@ def plot_gpu_memory_phases(table: pd.DataFrame, *,
     labels = [f"{r.run_id} · {r.host}:{int(r.device)}" + (f" (rank {int(r.rank)})" if "rank" in t.columns
                                                            and pd.notna(r.rank) else "") for r in t.itertuples()]
     fig = go.Figure()
-    fig.add_trace(go.Bar(name="before training", x=labels, y=t["mem_before_mib"].tolist(), marker_color=PALETTE[5]))
+    fig.add_trace(go.Bar(name="before training", x=labels, y=t["mem_before_mib"].tolist(), marker_color=PALETTE[5],
+                         hovertemplate=hover("memory used before training", ".4g", "MiB", x="%{x}")))
     fig.add_trace(go.Bar(name="peak during training", x=labels, y=t["mem_during_mib"].tolist(),
-                         marker_color=PALETTE[0]))
+                         marker_color=PALETTE[0], hovertemplate=hover("peak memory used", ".4g", "MiB", x="%{x}")))
     fig.update_layout(barmode="group", title=title)
-    fig.update_xaxes(title_text="run · GPU", type="category")
+    fig.update_xaxes(title_text="run · GPU", type="category", tickangle=-30)
     fig.update_yaxes(title_text="GPU memory used (MiB)", rangemode="tozero")
     return apply_theme(fig)
