@@ -132,17 +132,19 @@ def describe(name: str) -> ColumnSpec:
         base = name.removesuffix("_verdict")
         head = "Verdict" if name == "verdict" else f"{_words(base)}: verdict"
         return ColumnSpec(name, base, head, None, "verdict", "", 1.0)
-    rest, stat, kind, unit, factor = name, None, "number", "", 1.0
-    for _ in range(3):  # unit and statistic in either order
+    rest, stats, kind, unit, factor = name, [], "number", "", 1.0
+    for _ in range(4):  # units and statistics in either order (cpu_util_pct_mean_jump)
         hit = next(((s, k, u, f) for s, k, u, f in _UNITS if rest.endswith(s) and len(rest) > len(s)), None)
         if hit and kind == "number":
             rest, kind, unit, factor = rest[: -len(hit[0])], hit[1], hit[2], hit[3]
             continue
         tail = rest.rsplit("_", 1)
-        if len(tail) == 2 and tail[1] in _STATS and stat is None and tail[0]:
-            rest, stat = tail[0], tail[1]
+        if len(tail) == 2 and tail[1] in _STATS and tail[0]:
+            rest = tail[0]
+            stats.append(tail[1])
             continue
         break
+    stat = next((x for x in stats if x not in ("median", "mean")), stats[0] if stats else None)
     if name.startswith("n_") and kind == "number":
         kind = "count"
     head = NAMES.get(name) or NAMES.get(rest) or _words(rest)
@@ -176,10 +178,13 @@ def _decimals(values: np.ndarray, *, sig: int = 3, cap: int = 6) -> int:
 
 
 def _from_uncertainty(half_width: float) -> int | None:
-    """Decimals that keep two significant digits of an interval's half-width."""
+    """Decimals an uncertainty supports: its first significant digit, or its first two when
+    they are 10-29 (0.3 -> 1 decimal, 0.12 -> 2, 3.5 -> 0)."""
     if not np.isfinite(half_width) or half_width <= 0:
         return None
-    return int(min(6, max(0, 1 - math.floor(math.log10(half_width)))))
+    mag = math.floor(math.log10(half_width))
+    lead = half_width / 10.0**mag
+    return int(min(6, max(0, -mag + (1 if lead < 3 else 0))))
 
 
 def _fmt(v: float, dec: int) -> str:
@@ -267,11 +272,13 @@ def _numeric_column(df: pd.DataFrame, name: str, spec: ColumnSpec, scale: np.nda
         if ci is not None:
             lo, hi = (float(pd.to_numeric(df[c].iloc[i], errors="coerce")) * factor for c in ci)
             if np.isfinite(lo) and np.isfinite(hi):
-                d = _from_uncertainty((hi - lo) / 2) or dec
+                u = _from_uncertainty((hi - lo) / 2)
+                d = dec if u is None else u
                 iv = f"[{_fmt(lo, d)}, {_fmt(hi, d)}]"
         elif spread is not None:
             sd = float(pd.to_numeric(df[spread].iloc[i], errors="coerce")) * factor
-            d = _from_uncertainty(sd) or dec
+            u = _from_uncertainty(sd)
+            d = dec if u is None else u
         cells.append(_fmt(float(v), d))
         intervals.append(iv)
     return cells, intervals, unit
@@ -582,8 +589,8 @@ def to_latex(df: pd.DataFrame, *, caption: str | None = None, label: str | None 
     lay = layout(df, **kw)
     kept, dropped = fit_columns(lay, width_pt=width_pt)
     spec = "".join("r" if c.numeric else "l" for c in kept) or "l"
-    lines = ["% scalescope table; preamble: \\usepackage{booktabs} \\usepackage{graphicx}",
-             "\\begin{table}[htbp]", "\\centering", "\\small", "\\sloppy"]
+    lines = ["\\begin{table}[htbp]", "% scalescope table; preamble: \\usepackage{booktabs} \\usepackage{graphicx}",
+             "\\centering", "\\small", "\\sloppy"]
     if caption:
         lines.append(f"\\caption{{{latex_escape(caption, breakable=True)}}}")
     lines.append(f"\\label{{{latex_label(label or csv_name or 'table')}}}")
