@@ -148,7 +148,7 @@ def describe(name: str) -> ColumnSpec:
     if name.startswith("n_") and kind == "number":
         kind = "count"
     head = NAMES.get(name) or NAMES.get(rest) or _words(rest)
-    if stat and stat not in ("median", "mean"):
+    if stat:
         head = f"{head} ({_STATS[stat]})"
     return ColumnSpec(name, rest, head, stat, kind, unit, factor)
 
@@ -259,6 +259,8 @@ def _numeric_column(df: pd.DataFrame, name: str, spec: ColumnSpec, scale: np.nda
         pd.api.types.is_integer_dtype(df[name])
         or (bool(_COUNTING.search(name)) and bool(np.all(finite == np.round(finite))))))
     dec = 0 if integral else (1 if spec.kind == "pct" else _decimals(vals))
+    nz = np.abs(vals[np.isfinite(vals) & (vals != 0)])
+    per_cell = not integral and spec.kind != "pct" and len(nz) > 1 and nz.max() / nz.min() > 1e3
     ci = _interval_cols(df, name, spec)
     spread = f"{name}_std" if f"{name}_std" in df.columns else None
     cells: list[str] = []
@@ -279,6 +281,8 @@ def _numeric_column(df: pd.DataFrame, name: str, spec: ColumnSpec, scale: np.nda
             sd = float(pd.to_numeric(df[spread].iloc[i], errors="coerce")) * factor
             u = _from_uncertainty(sd)
             d = dec if u is None else u
+        if per_cell and iv is None and spread is None and v != 0:  # a wide range: 3 significant digits each
+            d = int(min(6, max(0, 2 - math.floor(math.log10(abs(float(v)))))))
         cells.append(_fmt(float(v), d))
         intervals.append(iv)
     return cells, intervals, unit
@@ -352,8 +356,23 @@ def layout(df: pd.DataFrame, *, columns: Sequence[str] | None = None, main: Sequ
             out.shared.append((_header_text(col), cells[0] + (f" {ivs[0]}" if ivs[0] else "")))
             continue
         out.columns.append(col)
+    _demote_redundant(out.columns)
     out.notes = _notes(df, specs)
     return out
+
+
+#: Identity columns a run name already says (``horovod-gloo_np2_bs75_r1``), and those the
+#: configuration already says (``horovod-gloo``): first to go when a table is too wide.
+_IN_RUN_ID = ("config_backend", "framework", "backend", "n_ranks", "n_nodes", "batch_size", "repeat")
+_IN_CONFIG = ("framework", "backend")
+
+
+def _demote_redundant(columns: list[Column]) -> None:
+    shown = {c.source for c in columns}
+    redundant = _IN_RUN_ID if "run_id" in shown else (_IN_CONFIG if "config_backend" in shown else ())
+    for c in columns:
+        if c.source in redundant and c.priority == 0:
+            c.priority = 3
 
 
 def _header_text(col: Column) -> str:
@@ -474,7 +493,7 @@ def to_html(df: pd.DataFrame, **kw) -> str:
 LATEX_PREAMBLE = "\\usepackage{booktabs}\n\\usepackage{graphicx}\n"
 #: Text width of a default ``article`` page (10 pt) and the \\small font's mean character width.
 _TEXTWIDTH_PT = 345.0
-_CHAR_PT = 4.6
+_CHAR_PT = 4.3
 _COLSEP_PT = 12.0
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#",
@@ -513,11 +532,13 @@ def latex_label(name: str) -> str:
     return "tab:" + (re.sub(r"[^A-Za-z0-9.\-]+", "-", str(name)).strip("-") or "table")
 
 
-def _stack(lines: Sequence[str], align: str = "c") -> str:
+def _stack(lines: Sequence[str], align: str = "c", pos: str = "b") -> str:
+    """Lines stacked in one cell (core LaTeX: a nested tabular), aligned on the last line
+    (``pos="b"``, headers) or the first (``"t"``, a value over its interval)."""
     lines = [ln for ln in lines if ln]
     if len(lines) <= 1:
         return lines[0] if lines else ""
-    return f"\\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}" + r"\\ ".join(f"{{}}{ln}" for ln in lines) + r"\end{tabular}"
+    return f"\\begin{{tabular}}[{pos}]{{@{{}}{align}@{{}}}}" + r"\\ ".join(f"{{}}{ln}" for ln in lines) + r"\end{tabular}"
 
 
 def _wrap(words: str, width: int) -> list[str]:
@@ -573,7 +594,7 @@ def _latex_cell(c: Column, i: int) -> str:
         num = latex_escape(v).replace("-", "$-$", 1) if v.startswith("-") else latex_escape(v)
         if iv:
             lo_hi = latex_escape(iv).replace("[-", "[$-$").replace(", -", ", $-$")
-            return _stack([num, "{\\scriptsize " + lo_hi + "}"], "r")
+            return _stack([num, "{\\scriptsize " + lo_hi + "}"], "r", pos="t")
         return num
     if len(v) > _WRAP_CHARS:
         return f"\\parbox[t]{{{_WRAP_CHARS // 2}em}}{{\\raggedright {latex_escape(v, breakable=True)}}}"

@@ -15,13 +15,13 @@ from analysis.export import export_table, safe_csv_frame, spreadsheet_safe
 
 
 @pytest.mark.parametrize(("name", "header", "unit", "stat"), [
-    ("epoch_time_s_median", "Epoch time", "ms", "median"),
+    ("epoch_time_s_median", "Epoch time (median)", "ms", "median"),
     ("efficiency_min_frac", "Efficiency (min)", "%", "min"),
     ("cpu_util_pct_mean_jump", "CPU utilisation (change at a new node)", "%", "jump"),
-    ("throughput_samples_per_s_median", "Throughput", "samples/s", "median"),
+    ("throughput_samples_per_s_median", "Throughput (median)", "samples/s", "median"),
     ("alpha_stderr_s", "Latency alpha (std. error)", "ms", "stderr"),
     ("comm_bytes", "Communication", "MiB", None),
-    ("rss_mib_mean", "Resident memory", "MiB", "mean"),
+    ("rss_mib_mean", "Resident memory (mean)", "MiB", "mean"),
     ("n_ranks", "Ranks", "", None),
     ("brand_new_metric_s", "Brand new metric", "ms", None),  # a column nobody named: its words
     ("speedup", "Speedup", "", None),
@@ -134,3 +134,8 @@ def _is_number(s: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def test_a_wide_range_keeps_three_significant_digits_per_cell():
+    h = tables.humanize(pd.DataFrame({"run_id": ["a", "b", "c"], "sync_sum_s": [3e-5, 0.0123, 10.27]}))
+    assert h["Sync (sum) [ms]"].tolist() == ["0.0300", "12.3", "10,270"]
