@@ -65,21 +65,46 @@ def plot_device_usage(table: pd.DataFrame, *, boundaries: pd.DataFrame | None = 
     return apply_theme(fig, height=120 + 300 * nrows)
 
 
+#: Above this many runs, per-run bars lie down (run names on the y axis, readable at any width).
+MAX_UPRIGHT_RUNS = 6
+
+
+def _run_bars(fig: go.Figure, table: pd.DataFrame, value: pd.Series, *, what: str, unit: str,
+              extra: str = "", customdata: pd.Series | None = None) -> bool:
+    """Grouped bars of ``value`` per run, one trace per rank; horizontal when there are more
+    than :data:`MAX_UPRIGHT_RUNS` runs. Returns whether they are horizontal."""
+    runs = list(dict.fromkeys(table["run_id"].astype(str)))
+    flat = len(runs) > MAX_UPRIGHT_RUNS
+    for rank, g in table.assign(_v=value).groupby("rank", sort=True):
+        names, vals = g["run_id"].astype(str).tolist(), g["_v"].tolist()
+        tip = ("<b>%{y}</b>" if flat else "<b>%{x}</b>") + f", rank {rank}<br>{what}: " \
+            + ("%{x:.3g}" if flat else "%{y:.3g}") + f" {unit}{extra}<extra></extra>"
+        kw = {"customdata": customdata.loc[g.index].tolist()} if customdata is not None else {}
+        fig.add_trace(go.Bar(name=f"rank {rank}", x=vals if flat else names, y=names if flat else vals,
+                             orientation="h" if flat else "v", hovertemplate=tip, **kw))
+    fig.update_layout(barmode="group")
+    cat = {"type": "category", "categoryorder": "array", "categoryarray": runs[::-1] if flat else runs}
+    if flat:
+        fig.update_yaxes(title_text=None, showgrid=False, **cat)
+    else:
+        fig.update_xaxes(title_text="run", tickangle=-30 if len(runs) > 2 else 0, **cat)
+    return flat
+
+
 def plot_memory(table: pd.DataFrame, *, title: str = "Peak memory per rank") -> go.Figure:
     """Peak memory (MiB) of every rank, grouped by run
     (:func:`analysis.metrics.memory.peak_memory`)."""
     _need(table, ["run_id", "rank", "peak_mem_mib"], "plot_memory")
     fig = go.Figure()
-    for rank, g in table.groupby("rank", sort=True):
-        fig.add_trace(go.Bar(name=f"rank {rank}", x=g["run_id"].astype(str).tolist(), y=g["peak_mem_mib"].tolist(),
-                             hovertemplate=hover("peak memory", ".4g", "MiB", x="%{x}")))
     kind = ""
     if "peak_mem_kind" in table.columns and table["peak_mem_kind"].nunique() == 1:
         kind = {"cuda": "GPU ", "rss": "resident "}.get(str(table["peak_mem_kind"].iloc[0]), "")
-    fig.update_layout(barmode="group", title=title)
-    fig.update_xaxes(title_text="run", type="category", tickangle=-30)
-    fig.update_yaxes(title_text=f"peak {kind}memory (MiB)", rangemode="tozero")
-    return apply_theme(fig)
+    flat = _run_bars(fig, table, table["peak_mem_mib"], what=f"peak {kind}memory", unit="MiB")
+    axis = fig.update_xaxes if flat else fig.update_yaxes
+    axis(title_text=f"peak {kind}memory (MiB)", rangemode="tozero", showgrid=True, gridcolor="#E5E5E5")
+    fig.update_layout(title=title)
+    n = table["run_id"].nunique() * max(1, table["rank"].nunique())
+    return apply_theme(fig, height=160 + 16 * n if flat else 480)
 
 
 def plot_stragglers(summary: pd.DataFrame, *, title: str = "Waiting for the slowest rank") -> go.Figure:
@@ -87,16 +112,13 @@ def plot_stragglers(summary: pd.DataFrame, *, title: str = "Waiting for the slow
     was the last (:func:`analysis.metrics.stragglers.straggler_summary`)."""
     _need(summary, ["run_id", "rank", "wait_mean_s", "last_frac"], "plot_stragglers")
     fig = go.Figure()
-    for rank, g in summary.groupby("rank", sort=True):
-        fig.add_trace(go.Bar(name=f"rank {rank}", x=g["run_id"].astype(str).tolist(),
-                             y=(g["wait_mean_s"] * 1e3).tolist(),
-                             customdata=(g["last_frac"] * 100).tolist(),
-                             hovertemplate="<b>%{x}</b>, rank " + str(rank) + "<br>mean wait %{y:.2f} ms per step"
-                                           "<br>last in %{customdata:.0f} % of steps<extra></extra>"))
-    fig.update_layout(barmode="group", title=title)
-    fig.update_xaxes(title_text="run", type="category", tickangle=-30)
-    fig.update_yaxes(title_text="mean wait per step (ms)", rangemode="tozero")
-    return apply_theme(fig)
+    flat = _run_bars(fig, summary, summary["wait_mean_s"] * 1e3, what="mean wait per step", unit="ms",
+                     extra="<br>last in %{customdata:.0f} % of steps", customdata=summary["last_frac"] * 100)
+    axis = fig.update_xaxes if flat else fig.update_yaxes
+    axis(title_text="mean wait per step (ms)", rangemode="tozero", showgrid=True, gridcolor="#E5E5E5")
+    fig.update_layout(title=title)
+    n = summary["run_id"].nunique() * max(1, summary["rank"].nunique())
+    return apply_theme(fig, height=160 + 16 * n if flat else 480)
 
 
 def plot_negotiation(table: pd.DataFrame, *, title: str = "Horovod negotiation: last rank ready") -> go.Figure:
