@@ -356,6 +356,12 @@ def layout(df: pd.DataFrame, *, columns: Sequence[str] | None = None, main: Sequ
             out.shared.append((_header_text(col), cells[0] + (f" {ivs[0]}" if ivs[0] else "")))
             continue
         out.columns.append(col)
+    seen: set[tuple] = set()
+    for col in list(out.columns):  # overhead_frac and overhead_pct show the same numbers
+        key = (col.header, col.unit, tuple(col.cells), tuple(col.intervals))
+        if key in seen:
+            out.columns.remove(col)
+        seen.add(key)
     _demote_redundant(out.columns)
     out.notes = _notes(df, specs)
     return out
@@ -383,10 +389,10 @@ def _header_text(col: Column) -> str:
 
 _IMPOSSIBLE: tuple[tuple[str, str, float, str], ...] = (
     # base name, comparison, threshold, what it means
-    ("efficiency", ">", 1.0, "above 100 %: faster than ideal scaling of its baseline (a slower baseline, "
-                             "caching or a smaller per-rank working set)"),
-    ("overhead", "<", 0.0, "negative overhead: the framework's run was faster than the run without one"),
-    ("speedup", "<", 0.0, "negative speedup: a sign error in the input times"),
+    ("efficiency", ">", 1.0, "Efficiency above 100 %: faster than ideal scaling of its baseline (a slower "
+                             "baseline, caching or a smaller per-rank working set)"),
+    ("overhead", "<", 0.0, "Negative overhead: the framework's run was faster than the run without one"),
+    ("speedup", "<", 0.0, "Negative speedup: a sign error in the input times"),
 )
 
 
@@ -420,13 +426,14 @@ def _row_name(df: pd.DataFrame, i: int) -> str:
 
 
 def _notes(df: pd.DataFrame, specs: dict[str, ColumnSpec]) -> list[str]:
+    """One note per rule: on the base's relative column (%) when there is one, else its first."""
     notes = []
-    for name, spec in specs.items():
-        if spec.stat not in (None, "median", "mean") or "_ci_" in name or not pd.api.types.is_numeric_dtype(df[name]):
-            continue
-        for base, op, thr, meaning in _IMPOSSIBLE:
-            if spec.base != base or pd.api.types.is_bool_dtype(df[name]):
-                continue
+    for base, op, thr, meaning in _IMPOSSIBLE:
+        cands = [n for n, sp in specs.items() if sp.base == base and sp.stat in (None, "median", "mean")
+                 and "_ci_" not in n and pd.api.types.is_numeric_dtype(df[n]) and not pd.api.types.is_bool_dtype(df[n])]
+        cands.sort(key=lambda n: specs[n].kind != "pct")
+        for name in cands[:1]:
+            spec = specs[name]
             raw = pd.to_numeric(df[name], errors="coerce").to_numpy(float)
             t = thr * (100.0 if spec.kind == "pct" and spec.factor == 1.0 else 1.0)
             hits = np.flatnonzero((raw > t + 1e-9) if op == ">" else (raw < t - 1e-9))
@@ -438,7 +445,7 @@ def _notes(df: pd.DataFrame, specs: dict[str, ColumnSpec]) -> list[str]:
                 txt = _fmt(val, 1 if spec.kind == "pct" else 2) + (f" {spec.unit}" if spec.unit else "")
                 shown.append(f"{_row_name(df, i)}: {txt}, {_noise(df, i, name, spec, thr)}")
             more = f" and {len(hits) - 3} more" if len(hits) > 3 else ""
-            notes.append(f"{spec.header} {meaning}. {'; '.join(shown)}{more}.")
+            notes.append(f"{meaning}. {'; '.join(shown)}{more}.")
     return notes
 
 

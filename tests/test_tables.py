@@ -74,7 +74,7 @@ def test_note_on_negative_overhead_and_none_for_ordinary_numbers():
     df = pd.DataFrame({"config_backend": ["horovod-mpi", "ddp"], "batch_size": [75, 75],
                        "overhead_pct": [-17.0, 30.0]})
     notes = tables.humanize(df).attrs["notes"]
-    assert len(notes) == 1 and "negative overhead" in notes[0] and "-17.0 %" in notes[0]
+    assert len(notes) == 1 and notes[0].startswith("Negative overhead") and "-17.0 %" in notes[0]
     assert "no interval" in notes[0]
     assert tables.humanize(df.assign(overhead_pct=[1.0, 2.0])).attrs["notes"] == []
 
@@ -139,3 +139,11 @@ def _is_number(s: str) -> bool:
 def test_a_wide_range_keeps_three_significant_digits_per_cell():
     h = tables.humanize(pd.DataFrame({"run_id": ["a", "b", "c"], "sync_sum_s": [3e-5, 0.0123, 10.27]}))
     assert h["Sync (sum) [ms]"].tolist() == ["0.0300", "12.3", "10,270"]
+
+
+def test_the_same_numbers_twice_show_once_with_one_note():
+    df = pd.DataFrame({"config_backend": ["a", "b"], "overhead_s": [-0.06, 0.1], "overhead_frac": [-0.24, 0.3],
+                       "overhead_pct": [-24.0, 30.0]})
+    h = tables.humanize(df)
+    assert list(h.columns) == ["Configuration", "Overhead [ms]", "Overhead [%]"]
+    assert len(h.attrs["notes"]) == 1 and "-24.0 %" in h.attrs["notes"][0]

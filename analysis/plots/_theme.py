@@ -72,6 +72,8 @@ def apply_theme(fig: go.Figure, *, height: int = 480, width: int | None = None) 
         bargap=0.25,
         hoverlabel={"namelength": -1},
     )
+    # bar labels keep their size (plotly shrinks them to a bar's width by default: 5 px labels)
+    fig.update_traces(constraintext="none", selector={"type": "bar"})
     fig.update_xaxes(showline=True, linecolor="#000000", ticks="outside", mirror=False, showgrid=False,
                      zeroline=False, automargin=True)
     fig.update_yaxes(showline=True, linecolor="#000000", ticks="outside", showgrid=True, gridcolor="#E5E5E5",
