@@ -23,7 +23,7 @@ def figures(data_dir):
     rs = RunSet.from_dirs([data_dir / "experiment_small"])
     ctx = R._Context(rs, rs.events, None, M.run_summary(rs))
     figs = {}
-    for key, _, study in R.STUDIES:
+    for _key, _, study in R.STUDIES:
         try:
             sec = study(ctx)
         except R.Skip:
