@@ -141,27 +141,28 @@ def _config_cols(df: pd.DataFrame, cols: Sequence[str]) -> list[str]:
     return [*cols, *extra]
 
 
-def _part(col: str, v: object) -> str:
+def _part(col: str, v: object, *, added: bool) -> str:
     if v is None or (not isinstance(v, str) and pd.isna(v)):
         return "–"
-    return f"bs {v}" if col == "batch_size" else str(v)
+    return f"bs {v}" if added and col == "batch_size" else str(v)
 
 
 def _groups(df: pd.DataFrame, by: str | Sequence[str] | None, *, x: str | None = None):
     """(label, rows) per group; ``by`` may name several columns (label ``"a · b"``). A batch
     size column with several values always splits the groups (label ``"... · bs 75"``),
     unless it is the x axis ``x``."""
-    cols = [by] if isinstance(by, str) else list(by or ())
-    cols = [c for c in _config_cols(df, [c for c in cols if c in df.columns]) if c != x]
+    asked = [by] if isinstance(by, str) else list(by or ())
+    asked = [c for c in asked if c in df.columns]
+    cols = [c for c in _config_cols(df, asked) if c != x]
     if not cols:
         yield None, df
         return
     if len(cols) == 1:
         for key, g in df.groupby(cols[0], sort=True, dropna=False):
-            yield _part(cols[0], key), g
+            yield _part(cols[0], key, added=cols[0] not in asked), g
         return
     for key, g in df.groupby(cols, sort=True, dropna=False):
-        yield " · ".join(_part(c, k) for c, k in zip(cols, key, strict=True)), g
+        yield " · ".join(_part(c, k, added=c not in asked) for c, k in zip(cols, key, strict=True)), g
 
 
 def _group_label(row: pd.Series, by: str | Sequence[str] | None) -> str | None:
