@@ -669,15 +669,6 @@ def _table_html(df: pd.DataFrame, **kw) -> str:
     return tables.to_html(df, **kw)
 
 
-#: Per exported table, the columns the LaTeX version keeps before any other (the rest of a
-#: table too wide for the page stays in its CSV).
-LATEX_MAIN: dict[str, tuple[str, ...]] = {
-    "why_not_ideal": ("measured_step_s", "gap_s", "sync_s", "straggler_s", "compute_s", "efficiency"),
-    "summary": ("epoch_time_s_median", "speedup", "efficiency_frac"),
-    "scaling": ("epoch_time_s_median", "speedup", "efficiency_frac"),
-}
-
-
 def _render(context: dict) -> str:
     import jinja2
 
@@ -747,7 +738,7 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
     for sec in sections:
         for name, df, caption in sec.tables:
             export_table(df, export_dir / name, caption=f"{sec.title}: {caption}" if caption else sec.title,
-                         label=f"scalescope-{name}", main=LATEX_MAIN.get(name, ()))
+                         label=f"scalescope-{name}", main=tables.MAIN_COLUMNS.get(name, ()))
     static_note = None
     figures = {name: fig for sec in sections for name, fig in sec.figures}
     if not static:

@@ -98,6 +98,13 @@ _UNITS: tuple[tuple[str, str, str, float], ...] = (
 _STATS: dict[str, str] = {"median": "median", "mean": "mean", "min": "min", "max": "max", "std": "std",
                           "stderr": "std. error", "sum": "sum", "q25": "25th pct.", "q75": "75th pct.",
                           "jump": "change at a new node"}
+#: Per report table, the columns a table for people keeps before any other (the rest of a
+#: table too wide for the page stays in its CSV).
+MAIN_COLUMNS: dict[str, tuple[str, ...]] = {
+    "why_not_ideal": ("measured_step_s", "gap_s", "sync_s", "straggler_s", "compute_s", "efficiency"),
+    "summary": ("epoch_time_s_median", "speedup", "efficiency_frac"),
+    "scaling": ("epoch_time_s_median", "speedup", "efficiency_frac"),
+}
 #: Statistics that a table for people leaves to the CSV when the column they describe is shown.
 _SPREAD = ("min", "max", "std", "stderr", "q25", "q75")
 _IDENTITY = ("run_id", "config_backend", "framework", "backend", "cluster", "partition", "gpu_model", "mode",
