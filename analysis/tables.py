@@ -178,9 +178,10 @@ def _missing(v: object) -> bool:
 def _decimals(values: np.ndarray, *, sig: int = 3, cap: int = 6) -> int:
     """Decimals that give ``sig`` significant digits to the column's typical value."""
     nz = np.abs(values[np.isfinite(values) & (values != 0)])
-    if not len(nz):
+    typical = float(np.median(nz)) if len(nz) else 0.0
+    if not np.isfinite(typical) or typical == 0:
         return 0
-    mag = math.floor(math.log10(float(np.median(nz))))
+    mag = math.floor(math.log10(typical))
     return int(min(cap, max(0, sig - 1 - mag)))
 
 
@@ -267,7 +268,8 @@ def _numeric_column(df: pd.DataFrame, name: str, spec: ColumnSpec, scale: np.nda
         or (bool(_COUNTING.search(name)) and bool(np.all(finite == np.round(finite))))))
     dec = 0 if integral else (1 if spec.kind == "pct" else _decimals(vals))
     nz = np.abs(vals[np.isfinite(vals) & (vals != 0)])
-    per_cell = not integral and spec.kind != "pct" and len(nz) > 1 and nz.max() / nz.min() > 1e3
+    with np.errstate(over="ignore"):
+        per_cell = not integral and spec.kind != "pct" and len(nz) > 1 and nz.max() / nz.min() > 1e3
     ci = _interval_cols(df, name, spec)
     spread = f"{name}_std" if f"{name}_std" in df.columns else None
     cells: list[str] = []
@@ -344,6 +346,7 @@ def layout(df: pd.DataFrame, *, columns: Sequence[str] | None = None, main: Sequ
         ``"ms"`` or ``"s"`` for every time column; default ms, s for columns of 10 s and more.
     """
     df = df.reset_index(drop=True)
+    df.columns = _unique_names(df.columns)
     specs = {str(c): describe(str(c)) for c in df.columns}
     names = [c for c in (columns or specs) if c in specs and (columns or not _skip(df, c, specs[c], specs))]
     if not columns:
@@ -355,7 +358,9 @@ def layout(df: pd.DataFrame, *, columns: Sequence[str] | None = None, main: Sequ
         numeric = spec.kind not in ("verdict", "text") and pd.api.types.is_numeric_dtype(df[name]) \
             and not pd.api.types.is_bool_dtype(df[name])
         if numeric:
-            cells, ivs, unit = _numeric_column(df, name, spec, scale.get(spec.kind, np.zeros(len(df))), time_unit)
+            with np.errstate(all="ignore"):  # extreme values format as they are (inf, 1e308)
+                cells, ivs, unit = _numeric_column(df, name, spec, scale.get(spec.kind, np.zeros(len(df))),
+                                                   time_unit)
         else:
             cells, ivs, unit = [_text_cell(v) for v in df[name]], [None] * len(df), ""
         col = Column(name, spec.header, unit, cells, ivs, numeric, _priority(name, spec, main))
@@ -386,6 +391,16 @@ def _demote_redundant(columns: list[Column]) -> None:
     for c in columns:
         if c.source in redundant and c.priority == 0:
             c.priority = 3
+
+
+def _unique_names(cols: pd.Index) -> list[str]:
+    """Column names as strings, a repeated name numbered (``a``, ``a (2)``)."""
+    seen: dict[str, int] = {}
+    out = []
+    for c in map(str, cols):
+        seen[c] = seen.get(c, 0) + 1
+        out.append(c if seen[c] == 1 else f"{c} ({seen[c]})")
+    return out
 
 
 def _header_text(col: Column) -> str:

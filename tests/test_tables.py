@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysis import convert, tables
 from analysis.export import export_table, safe_csv_frame, spreadsheet_safe
@@ -147,3 +150,32 @@ def test_the_same_numbers_twice_show_once_with_one_note():
     h = tables.humanize(df)
     assert list(h.columns) == ["Configuration", "Overhead [ms]", "Overhead [%]"]
     assert len(h.attrs["notes"]) == 1 and "-24.0 %" in h.attrs["notes"][0]
+
+
+@pytest.mark.parametrize("df", [
+    pd.DataFrame(), pd.DataFrame(columns=["a_s", "b"]), pd.DataFrame({"x_s": [float("nan")] * 2, "n_ranks": [1, 2]}),
+    pd.DataFrame({"slowest_rank": pd.array([1, None], dtype="Int32"), "v_s": [1.0, 2.0]}),
+    pd.DataFrame({"m": [1, "a", None, 2.5], "t": pd.to_datetime(["2020-01-01"] * 4)}),
+    pd.DataFrame({"c": pd.Categorical(["a", "b"]), "v": [float("inf"), -float("inf")]}),
+    pd.DataFrame({0: [1, 2], 1: ["x", "y"]}), pd.DataFrame([[1, 2]], columns=["a", "a"]),
+    pd.DataFrame({"flag": pd.array([True, None], dtype="boolean"), "labels": [["a", "b"], {"k": "v"}]}),
+    pd.DataFrame({"x_bytes": [1e300, 1e-300], "y": [1e308, -1e308]}),
+    pd.DataFrame({"foo_ci_low": [1.0], "foo_ci_high": [2.0]}),
+], ids=lambda df: ",".join(map(str, df.columns)) or "empty")
+def test_odd_frames_never_break_a_table(df):
+    tables.humanize(df)
+    assert "<table>" in tables.to_html(df)
+    assert tables.to_latex(df, caption="c", label="l").startswith("\\begin{table}")
+
+
+_ESCAPES = re.compile(r"\\textbackslash\{\}|\\textasciitilde\{\}|\\textless\{\}|\\textgreater\{\}|\\textbar\{\}"
+                      r"|\\\^\{\}|\\[{}$&#_%]|\\allowbreak\{\}|\\ldots\{\}|\$(\\times|\\cdot|\\rightarrow|\\leftarrow"
+                      r"|\\le|\\ge|\\pm|\\mu|\\alpha|\\beta|-|\^\\circ)\$")
+
+
+@given(st.text(max_size=60))
+@settings(max_examples=300, deadline=None)
+def test_latex_escape_leaves_no_special_character(text):
+    rest = _ESCAPES.sub("", tables.latex_escape(text, breakable=True))
+    assert not set(rest) & set("\\{}$&#_%^~")
+    assert all(ord(c) >= 32 for c in rest)
