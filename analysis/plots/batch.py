@@ -144,7 +144,7 @@ def plot_equal_batch(table: pd.DataFrame, *, title: str = "The same global batch
     fig.update_layout(barmode="group", title=title)
     fig.update_xaxes(title_text="ranks × batch per rank", type="category")
     fig.update_yaxes(title_text=f"epoch time ({unit})", row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title_text="validation MSE (log)", row=1, col=2, type="log")
+    fig.update_yaxes(title_text="validation MSE (log)", row=1, col=2, type="log", dtick="D2", tickformat=".1g")
     return apply_theme(fig)
 
 
@@ -164,6 +164,7 @@ def plot_lr_curves(table: pd.DataFrame, *, x: str = "epoch", metric: str = "val_
     for i, (key, g) in enumerate(_groups(table, by)):
         g = g.sort_values("epoch")
         colour = PALETTE[i % len(PALETTE)]
+        dash = ("solid", "dash", "dot")[i // len(PALETTE) % 3]  # more lines than colours
         name = str(key) if key is not None else metric
         xs = g[xcol].tolist()
         fig.add_trace(go.Scatter(x=xs + xs[::-1], y=g[hi].tolist() + g[lo].tolist()[::-1], fill="toself",
@@ -172,12 +173,12 @@ def plot_lr_curves(table: pd.DataFrame, *, x: str = "epoch", metric: str = "val_
         fig.add_trace(go.Scatter(x=xs, y=g[med].tolist(), mode="lines+markers", name=name, legendgroup=name,
                                  hovertemplate=hover(f"{metric.replace('_', ' ')} (median)", ".4g",
                                                      x="epoch %{x}" if x == "epoch" else "%{x:.1f} s"),
-                                 line={"color": colour}))
+                                 line={"color": colour, "dash": dash}))
     if budget_s is not None and x == "wall_s":
         fig.add_vline(x=budget_s, line_dash="dash", line_color="#666666", annotation_text="time budget")
     label = {"val_loss": "validation MSE", "train_loss": "training MSE"}.get(metric, metric)
     fig.update_layout(title=title or f"{label} against {'epochs' if x == 'epoch' else 'training time'} "
                                      "(band: min-max of repeats)")
     fig.update_xaxes(title_text="epoch" if x == "epoch" else "training time (s, median over repeats)")
-    fig.update_yaxes(title_text=f"{label} (log)", type="log")
+    fig.update_yaxes(title_text=f"{label} (log)", type="log", dtick="D2", tickformat=".1g")
     return apply_theme(fig)
