@@ -298,18 +298,10 @@ def input_bytes(path: str | os.PathLike[str]) -> int:
 # Files
 
 
-def _read_one(path: Path, *, format: str | None, cache: bool | None,
-              parts: int | None = 1) -> pd.DataFrame:
+def _read_one(path: Path, *, format: str | None, cache: bool | None) -> pd.DataFrame:
     from analysis.readers import read
 
-    return read(path, format, cache=cache, workers=parts)
-
-
-def _file_parts(n_files: int, workers: int | None, client: Any) -> int | None:
-    """``workers=`` of each file's read: a single file on a process pool is read in parts
-    (as :func:`analysis.read` does, ``None``: its default); files that are tasks of their
-    own, or on Dask, are read each by one process."""
-    return workers if n_files == 1 and client is None else 1
+    return read(path, format, cache=cache)
 
 
 def read_files(
@@ -320,18 +312,18 @@ def read_files(
     workers: int | None = None,
     client: Any = None,
 ) -> list[pd.DataFrame]:
-    """:func:`analysis.read` of every file, in parallel; frames in the order of ``paths``.
-    A single file is read in parts on ``workers`` processes (``docs/scale.md``)."""
+    """:func:`analysis.read` of every file, in parallel (one file per task); frames in the
+    order of ``paths``."""
     paths = [Path(p) for p in paths]
-    task = partial(_read_one, format=format, cache=cache, parts=_file_parts(len(paths), workers, client))
+    task = partial(_read_one, format=format, cache=cache)
     return run_tasks(task, paths, workers=workers, client=client, label="reading",
                      cost=[input_bytes(p) for p in paths])
 
 
 def _reduce_one(item: tuple[Path, Callable[..., pd.DataFrame]], *, format: str | None,
-                cache: bool | None, options: dict, parts: int | None = 1) -> pd.DataFrame:
+                cache: bool | None, options: dict) -> pd.DataFrame:
     path, metric = item
-    return metric(_read_one(path, format=format, cache=cache, parts=parts), **options)
+    return metric(_read_one(path, format=format, cache=cache), **options)
 
 
 def reduce_files(
@@ -356,7 +348,7 @@ def reduce_files(
     format, cache
         As in :func:`analysis.read`.
     workers, client
-        As in :func:`run_tasks`; a single file is read in parts on ``workers`` processes.
+        As in :func:`run_tasks`.
     **options
         Passed to every metric.
 
@@ -372,8 +364,7 @@ def reduce_files(
     metrics = [metric] * len(paths) if callable(metric) else list(metric)
     if len(metrics) != len(paths):
         raise ValueError(f"{len(metrics)} metrics for {len(paths)} paths")
-    task = partial(_reduce_one, format=format, cache=cache, options=dict(options),
-                   parts=_file_parts(len(paths), workers, client))
+    task = partial(_reduce_one, format=format, cache=cache, options=dict(options))
     frames = run_tasks(task, list(zip(paths, metrics, strict=True)), workers=workers, client=client,
                        label="reducing", cost=[input_bytes(p) for p in paths])
     return concat_tables(frames) if callable(metric) else frames

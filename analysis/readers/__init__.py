@@ -67,8 +67,6 @@ class Reader:
     suffixes: tuple[str, ...] = ()
     description: str = ""
     version: int = 1
-    #: ``read`` takes ``workers=`` and can read one large file in parts in several processes
-    parts: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -85,11 +83,9 @@ def register(
     suffixes: Iterable[str] = (),
     description: str = "",
     version: int = 1,
-    parts: bool = False,
 ) -> Reader:
-    """Add a reader to :data:`REGISTRY` (replacing one of the same name). ``parts``: its
-    ``read`` takes ``workers=`` (one large file read in parts by several processes)."""
-    reader = Reader(name, sniff, read, kind, tuple(suffixes), description, version, parts)
+    """Add a reader to :data:`REGISTRY` (replacing one of the same name)."""
+    reader = Reader(name, sniff, read, kind, tuple(suffixes), description, version)
     REGISTRY[name] = reader
     return reader
 
@@ -290,10 +286,9 @@ def read(
     *,
     run_id: str | None = None,
     cache: bool | None = None,
-    workers: int | None = None,
     **options: object,
 ) -> pd.DataFrame:
-    """Read one file into the tidy event (or sample) schema.
+    """Read one file into the tidy event (or sample) schema, in this process.
 
     Parameters
     ----------
@@ -306,12 +301,6 @@ def read(
     cache
         Cache the parsed frame as Parquet keyed by path, size and mtime. ``None`` (default)
         caches files of at least 1 MiB. The cache lives in :func:`cache_dir`.
-    workers
-        Processes that decode one large plain Kineto trace or Horovod timeline in parts
-        (``docs/scale.md``); the frame and warnings are those of ``workers=1``. ``None``
-        (default) uses the machine's cores for a file of at least two parts' worth
-        (:data:`analysis.readers._split.MIN_PART_BYTES` each), unless this process is itself
-        a worker of a process pool or a Dask cluster; ``1`` reads in this process.
     **options
         Passed to the reader.
 
@@ -334,8 +323,6 @@ def read(
     st = check_file(path)
     use_cache = cache if cache is not None else st.st_size >= CACHE_MIN_BYTES
     use_cache = use_cache and not options and reader.kind in ("events", "samples")
-    if reader.parts:
-        options = {**options, "workers": _file_workers(workers, st.st_size)}
     if not use_cache:
         return _parse(path, reader, run_id, options)
     slot = _cache_key(path, reader, run_id)
@@ -352,21 +339,6 @@ def read(
     if len(df):  # empty frames are cheap to rebuild
         _cache_write(df, slot, {**ident, "warnings": recorded})
     return df
-
-
-def _file_workers(workers: int | None, size: int) -> int:
-    """Processes for one file: ``workers``, or (None) the machine's cores for a file of two
-    parts or more, read in a process that is not itself a pool's or a cluster's worker."""
-    import multiprocessing
-
-    from analysis.readers import _split
-    from analysis.scale import default_workers
-
-    if workers is not None:
-        return max(1, int(workers))
-    if size < 2 * _split.MIN_PART_BYTES or multiprocessing.parent_process() is not None:
-        return 1
-    return default_workers()
 
 
 def _parse(path: Path, reader: Reader, run_id: str | None, options: dict) -> pd.DataFrame:
@@ -509,9 +481,8 @@ def read_many(
     workers
         Processes reading the files and run directories in parallel (``docs/scale.md``):
         ``None`` uses the machine's cores when there is more than one and they hold at
-        least 64 MiB, ``1`` reads in this process. A single Kineto trace or Horovod
-        timeline is read in parts instead (as :func:`read` with ``workers``). Frames and
-        warnings are those of serial reading, in the same order.
+        least 64 MiB, ``1`` reads in this process. Frames and warnings are those of serial
+        reading, in the same order.
     """
     from functools import partial
 
@@ -557,12 +528,9 @@ def read_many(
                     continue
             if REGISTRY[fmt].kind != kind:
                 continue
-            jobs.append((partial(read, format=fmt, cache=cache, workers=1), f))
+            jobs.append((partial(read, format=fmt, cache=cache), f))
     n = scale.pool_workers(workers, n_tasks=len(jobs), n_bytes=sum(scale.input_bytes(p) for _, p in jobs))
-    if len(jobs) == 1 and getattr(jobs[0][0], "func", None) is read:  # one file: read in parts
-        frames = [jobs[0][0](jobs[0][1], workers=workers)]
-    else:
-        frames = [func(p) for func, p in jobs] if n <= 1 else scale.run_calls(jobs, workers=n)
+    frames = [func(p) for func, p in jobs] if n <= 1 else scale.run_calls(jobs, workers=n)
     if unknown:
         shown = ", ".join(str(u) for u in unknown[:10])
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""

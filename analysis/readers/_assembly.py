@@ -365,19 +365,6 @@ class Categories:
         return remap[codes]  # code -1 maps to the appended -1
 
 
-def code_remap(codes: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """A function mapping one part's category codes (0 .. k-1, its own numbering) to
-    ``codes[c]``, keeping negative codes (missing and the readers' special codes)."""
-    table = np.asarray(codes, dtype=np.int32)
-
-    def remap(x: np.ndarray) -> np.ndarray:
-        if not table.size:
-            return x
-        return np.where(x >= 0, table[np.maximum(x, 0)], x).astype(x.dtype, copy=False)
-
-    return remap
-
-
 class Codes:
     """New category codes of stored codes, from :meth:`Assembler.codes`.
 
@@ -683,12 +670,6 @@ class Assembler:
                 pieces.setdefault(name, []).append(chunks[0] if len(chunks) == 1
                                                    else np.concatenate(chunks))
 
-    def __getstate__(self) -> dict:
-        """Pickled (a part sent back by a worker) with whole pieces."""
-        if self._pending:
-            self._join_pending()
-        return self.__dict__
-
     def add_sparse(self, name: str, rows: np.ndarray, values: np.ndarray, *,
                    group: str = "rows") -> None:
         """Store values of column ``name`` for some rows of ``group`` (row numbers within
@@ -696,23 +677,6 @@ class Assembler:
         for kept, new in zip(self._sparse.setdefault(name, ([], [], [])), (group, rows, values),
                              strict=True):
             kept.append(new)
-
-    def extend(self, other: Assembler, *,
-               recode: dict[str, Callable[[np.ndarray], np.ndarray]] | None = None) -> None:
-        """Append the rows of ``other`` (a later part of the same file, read apart) group by
-        group, as if they had been added here; ``recode`` maps some of its columns (its own
-        category codes to these)."""
-        recode = recode or {}
-        for g in other.groups:
-            first = self.sizes[g]
-            for col, pieces in other.pieces[g].items():
-                fn = recode.get(col)
-                self.pieces[g].setdefault(col, []).extend(fn(p) if fn else p for p in pieces)
-            for name, (groups, rows, vals) in other._sparse.items():
-                for group, r, v in zip(groups, rows, vals, strict=True):
-                    if group == g:
-                        self.add_sparse(name, r + first, v, group=g)
-            self.sizes[g] += other.sizes[g]
 
     # -- building
 
