@@ -50,7 +50,8 @@ Notes
   regex for the ``process_name`` record layout (counted in the warning).
 * **Fusion duplicates** (FORMATS.md section 1, quirk 1): Horovod writes the same activity
   for every tensor of a fused batch, so summing activity time across tensors overcounts.
-  The reader keeps the rows as written; use :func:`dedupe_fused` before summing.
+  The reader keeps the rows as written; use :func:`analysis.metrics.dedupe_fused` before
+  summing.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io
-from analysis.readers import _assembly, _chrome, default_run_id, register
+from analysis.readers import _assembly, _chrome
+from analysis.readers.registry import default_run_id, register
 from analysis.schema import KINDS
 
 NAME = "horovod"
@@ -695,44 +697,14 @@ def _by_name_and_top(tables: tuple[np.ndarray, ...], x: np.ndarray, top: np.ndar
     return tuple(t[at] for t in tables)
 
 
-def dedupe_fused(df: pd.DataFrame) -> pd.DataFrame:
-    """Drop the duplicate activity rows Horovod writes for every tensor of a fused batch.
+def __getattr__(name: str) -> Any:
+    # ``dedupe_fused`` moved to the metrics (issue 26), which may not import a reader; its
+    # old name here stays, loaded on first use
+    if name == "dedupe_fused":
+        from analysis.metrics.fusion import dedupe_fused
 
-    ``ActivityStartAll`` records the same activity (same name, same start) on each tensor
-    of a fusion batch, so summing activity time across tensors overcounts (FORMATS.md
-    section 1, quirk 1: deduplicate on (name, ts)). This keeps the first row of each
-    ``(run_id, rank, name, start_ns)`` among ``cat == "activity"`` rows; other rows are
-    returned unchanged. The end is not part of the key: older Horovod closes the activity
-    of each tensor separately, microseconds apart. The ``tensor`` of a kept row is one
-    tensor of the batch. This is the one definition: ``metrics.horovod_allreduce`` uses it.
-
-    Parameters
-    ----------
-    df
-        Events from :func:`read` (any frame in the event schema works).
-
-    Returns
-    -------
-    pandas.DataFrame
-        A new frame (input untouched) with a fresh ``RangeIndex``.
-
-    Examples
-    --------
-    >>> from analysis.schema import KINDS, make_events
-    >>> ev = make_events(name=["MPI_ALLREDUCE", "MPI_ALLREDUCE", "ALLREDUCE"], kind="comm",
-    ...                  cat=["activity", "activity", "op"], start_ns=[5, 5, 0],
-    ...                  dur_ns=[3, 3, 10], tensor=["a", "b", "a"], rank=0, source="horovod")
-    >>> len(dedupe_fused(ev))
-    2
-    """
-    act = (df["cat"] == "activity").to_numpy()
-    if not act.any():
-        return df.reset_index(drop=True).copy()
-    sub = df.loc[act, ["run_id", "rank", "name", "start_ns"]]
-    dup = sub.duplicated(keep="first")
-    drop = np.zeros(len(df), dtype=bool)
-    drop[np.flatnonzero(act)[dup.to_numpy()]] = True
-    return df.loc[~drop].reset_index(drop=True)
+        return dedupe_fused
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 register(

@@ -69,7 +69,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io
-from analysis.readers import _assembly, _chrome, default_run_id, register
+from analysis.readers import _assembly, _chrome
+from analysis.readers.registry import default_run_id, register
 from analysis.schema import KINDS
 
 NAME = "kineto"

@@ -53,7 +53,7 @@ import pandas as pd
 
 from analysis._io import head, read_bytes
 from analysis.errors import ReadError, RecoveryWarning, SchemaError
-from analysis.readers import default_run_id, register
+from analysis.readers.registry import default_run_id, register
 
 NAME = "nccl"
 SUFFIXES = (".log", ".txt", ".out", ".err")

@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis._io import head, read_bytes
 from analysis.errors import ReadError, SchemaError
-from analysis.readers import default_run_id, register
+from analysis.readers.registry import default_run_id, register
 
 NAME = "nvsmi_topo"
 SUFFIXES = (".txt", ".log", ".out", ".topo")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.readers import _assembly, _chrome, kineto
+from analysis.readers import _assembly, _chrome, _memory, kineto
 
 
 def _pieces(arr: np.ndarray, rng) -> list[np.ndarray]:
@@ -68,20 +68,20 @@ def test_small_pages_switches_numpy_off_while_inside_and_restores(monkeypatch):
     from numpy._core import multiarray as ma
 
     before = ma._get_madvise_hugepage()
-    monkeypatch.setattr(_assembly, "_hugepages_stall", lambda: True)
+    monkeypatch.setattr(_memory, "hugepages_stall", lambda: True)
     ma._set_madvise_hugepage(True)
     try:
-        with _assembly.small_pages():
+        with _memory.small_pages():
             assert not ma._get_madvise_hugepage()
-            with _assembly.small_pages():  # nested (another thread's read): still off
+            with _memory.small_pages():  # nested (another thread's read): still off
                 assert not ma._get_madvise_hugepage()
             assert not ma._get_madvise_hugepage()
         assert ma._get_madvise_hugepage()  # the last one out restores it
-        with pytest.raises(RuntimeError), _assembly.small_pages():
+        with pytest.raises(RuntimeError), _memory.small_pages():
             raise RuntimeError("a reader failed")
         assert ma._get_madvise_hugepage()
-        monkeypatch.setattr(_assembly, "_hugepages_stall", lambda: False)
-        with _assembly.small_pages():  # a kernel that never stalls: left as it is
+        monkeypatch.setattr(_memory, "hugepages_stall", lambda: False)
+        with _memory.small_pages():  # a kernel that never stalls: left as it is
             assert ma._get_madvise_hugepage()
     finally:
         ma._set_madvise_hugepage(before)
@@ -102,9 +102,9 @@ def test_hugepages_stall_reads_the_active_defrag_mode(monkeypatch, tmp_path):
                          ("always [defer] defer+madvise madvise never", False),
                          ("always defer defer+madvise madvise [never]", False)]:
         setting.write_text(text + "\n")
-        assert _assembly._hugepages_stall() is stalls, text
+        assert _memory.hugepages_stall() is stalls, text
     setting.unlink()
-    assert _assembly._hugepages_stall() is False  # no such setting (not Linux)
+    assert _memory.hugepages_stall() is False  # no such setting (not Linux)
 
 
 def test_assembler_joins_small_chunks_into_pieces(monkeypatch):
