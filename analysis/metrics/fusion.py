@@ -10,8 +10,8 @@ def dedupe_fused(df: pd.DataFrame) -> pd.DataFrame:
     """Drop the duplicate activity rows Horovod writes for every tensor of a fused batch.
 
     ``ActivityStartAll`` records the same activity (same name, same start) on each tensor
-    of a fusion batch, so summing activity time across tensors overcounts (FORMATS.md
-    section 1, quirk 1: deduplicate on (name, ts)). This keeps the first row of each
+    of a fusion batch, so summing activity time across tensors overcounts (docs/formats.md
+    §1, quirk 1: deduplicate on (name, ts)). This keeps the first row of each
     ``(run_id, rank, name, start_ns)`` among ``cat == "activity"`` rows; other rows are
     returned unchanged. The end is not part of the key: older Horovod closes the activity
     of each tensor separately, microseconds apart. The ``tensor`` of a kept row is one

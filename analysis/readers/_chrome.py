@@ -47,9 +47,8 @@ from analysis.errors import ReadError, RecoveryWarning
 
 #: Bytes read per block; a chunk decoded at once is 0.5 to 1.5 blocks. Bounds the transient
 #: memory of a read: the text buffer and one chunk's records, whatever the file size. A
-#: chunk's text and records then stay in a core's share of the CPU caches: with 2 MiB
-#: blocks, two processes decoding at once on the 2-core VM were 18 % slower each than one
-#: alone, with 1 MiB 4 % (benchmarks/README.md, "One large file").
+#: chunk's text and records then stay in a core's share of the CPU caches, so processes
+#: decoding at once slow each other little (measured in benchmarks/README.md).
 BLOCK_BYTES = 1 << 20
 #: Files at least this large show a progress bar (when stderr is a terminal or
 #: ``SCALESCOPE_PROGRESS=1``).

@@ -1,4 +1,4 @@
-"""Horovod timeline reader (``HOROVOD_TIMELINE=file``; FORMATS.md section 1).
+"""Horovod timeline reader (``HOROVOD_TIMELINE=file``; docs/formats.md §1).
 
 The timeline is a Chrome-trace JSON array written by the coordinator (rank 0) only. Each
 tensor is a "process": ``pid`` N is the tensor named by the ``process_name`` metadata record
@@ -48,7 +48,7 @@ Notes
   read up to the last complete record. Tensor names are written unescaped, so a name with
   ``"`` breaks the JSON: such records are recovered by a record-by-record parse with a
   regex for the ``process_name`` record layout (counted in the warning).
-* **Fusion duplicates** (FORMATS.md section 1, quirk 1): Horovod writes the same activity
+* **Fusion duplicates** (docs/formats.md §1, quirk 1): Horovod writes the same activity
   for every tensor of a fused batch, so summing activity time across tensors overcounts.
   The reader keeps the rows as written; use :func:`analysis.metrics.dedupe_fused` before
   summing.

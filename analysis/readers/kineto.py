@@ -1,4 +1,4 @@
-"""PyTorch profiler (Kineto) Chrome-trace reader (FORMATS.md section 2).
+"""PyTorch profiler (Kineto) Chrome-trace reader (docs/formats.md §2).
 
 Reads ``prof.export_chrome_trace`` / ``tensorboard_trace_handler`` output (``.json`` or
 ``.json.gz``, and the ``.tmp`` a crashed run leaves), every schema generation: the old
