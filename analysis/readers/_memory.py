@@ -65,10 +65,27 @@ def hugepages_stall() -> bool:
     return mode in ("always", "madvise", "defer+madvise")
 
 
+#: :func:`small_pages` acts only for inputs of at least this many bytes of text (a gzipped
+#: file counts :data:`GZIP_RATIO` times its size): below, a frame's arrays are too small
+#: for the compaction stall to show (``benchmarks/README.md``, "Process-wide memory
+#: measures": no difference at 150 MB files, 0.6 s of a 1 GB timeline's read).
+SMALL_PAGES_MIN_BYTES = 256 << 20
+#: How much larger than its file a gzipped trace's text is taken to be (JSON traces
+#: compress 8-15 times).
+GZIP_RATIO = 8
+
+
+def needs_small_pages(size: int, gzipped: bool) -> bool:
+    """Whether a read of a file of ``size`` bytes makes frames large enough for
+    :func:`small_pages` to matter."""
+    return size * (GZIP_RATIO if gzipped else 1) >= SMALL_PAGES_MIN_BYTES
+
+
 @contextmanager
-def small_pages() -> Iterator[None]:
+def small_pages(active: bool = True) -> Iterator[None]:
     """Inside: NumPy does not mark its large arrays ``MADV_HUGEPAGE``, where the kernel
-    would compact memory on their first touch (:func:`hugepages_stall`).
+    would compact memory on their first touch (:func:`hugepages_stall`). With ``active``
+    false (a small input, :func:`needs_small_pages`), nothing is switched.
 
     A frame build touches fresh arrays of hundreds of MiB once each, and there the
     compaction costs more than huge pages save (numpy/numpy#31590 describes the stall;
@@ -83,7 +100,7 @@ def small_pages() -> Iterator[None]:
         from numpy.core import multiarray as _ma
     get = getattr(_ma, "_get_madvise_hugepage", None)
     put = getattr(_ma, "_set_madvise_hugepage", None)
-    if get is None or put is None or not hugepages_stall():
+    if not active or get is None or put is None or not hugepages_stall():
         yield
         return
     with _PAGES_LOCK:

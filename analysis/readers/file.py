@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import schema
-from analysis._io import check_file
+from analysis._io import GZIP_MAGIC, check_file, open_binary
 from analysis.errors import ReadError, ScalescopeError, SchemaError, UnknownFormatError
 from analysis.readers import cache as parse_cache
-from analysis.readers._memory import small_pages
+from analysis.readers._memory import needs_small_pages, small_pages
 from analysis.readers.registry import REGISTRY, Reader, describe_formats, load_builtins, sniff
 
 
@@ -68,18 +68,34 @@ def read(
     st = check_file(path)
     use_cache = cache if cache is not None else st.st_size >= parse_cache.CACHE_MIN_BYTES
     use_cache = use_cache and not options and reader.kind in ("events", "samples")
+    big = _big(path, st.st_size)
     if not use_cache:
-        return _parse(path, reader, run_id, options)
-    return parse_cache.cached(path, reader, run_id, lambda: _parse(path, reader, run_id, options))
+        return _parse(path, reader, run_id, options, big=big)
+    return parse_cache.cached(path, reader, run_id, lambda: _parse(path, reader, run_id, options, big=big))
 
 
-def _parse(path: Path, reader: Reader, run_id: str | None, options: dict) -> pd.DataFrame:
+def _big(path: Path, size: int) -> bool:
+    """Whether the read makes frames large enough for small pages to matter
+    (:func:`analysis.readers._memory.needs_small_pages`); the file's first bytes are looked
+    at only when its size alone does not say."""
+    plain = needs_small_pages(size, False)
+    if plain or not needs_small_pages(size, True):
+        return plain
+    try:
+        with open_binary(path) as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except ReadError:  # the reader says what is wrong with the file
+        return False
+
+
+def _parse(path: Path, reader: Reader, run_id: str | None, options: dict, *, big: bool = False) -> pd.DataFrame:
     """``reader.read`` in time order and validated. What a parser raises from deep inside on
     damaged content (nesting too deep, numbers that overflow, text that is not Unicode, a
     value of an unexpected type) becomes a :class:`ReadError` naming the file; so does a
-    frame that fails the schema."""
+    frame that fails the schema. ``big``: the frame's arrays are built without huge pages
+    (:func:`analysis.readers._memory.small_pages`)."""
     try:
-        with small_pages():  # a frame's fresh columns, first touched without compaction
+        with small_pages(big):  # a large frame's fresh columns, first touched without compaction
             df = _sorted(reader.read(path, run_id=run_id, **options), reader)
         if reader.kind == "events":
             schema.validate_events(df)

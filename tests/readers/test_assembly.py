@@ -87,6 +87,46 @@ def test_small_pages_switches_numpy_off_while_inside_and_restores(monkeypatch):
         ma._set_madvise_hugepage(before)
 
 
+def test_small_pages_act_only_for_large_inputs(monkeypatch, tmp_path):
+    """Rule 7 of issue 26: NumPy's process-wide switch is touched only by reads of files
+    large enough for it to matter (a gzipped file counts as its text's size)."""
+    import gzip
+    import random
+
+    from numpy._core import multiarray as ma
+
+    import analysis
+    from analysis import readers
+    from analysis.schema import make_events
+
+    monkeypatch.setattr(_memory, "SMALL_PAGES_MIN_BYTES", 4000)
+    assert not _memory.needs_small_pages(3999, False) and _memory.needs_small_pages(4000, False)
+    assert _memory.needs_small_pages(500, True) and not _memory.needs_small_pages(499, True)
+    monkeypatch.setattr(_memory, "hugepages_stall", lambda: True)
+    seen = []
+
+    def read(path, run_id=None):
+        seen.append(bool(ma._get_madvise_hugepage()))
+        return make_events(name=["x"], kind="compute", start_ns=[1], dur_ns=[1], source="t")
+
+    monkeypatch.setitem(readers.REGISTRY, "pages_test", readers.Reader("pages_test", lambda p: False, read))
+    small, large = tmp_path / "small.bin", tmp_path / "large.bin"
+    small.write_bytes(b"s" * 3000)
+    large.write_bytes(b"l" * 5000)
+    packed = tmp_path / "packed.gz"
+    packed.write_bytes(gzip.compress(random.Random(0).randbytes(1000)))  # about 1 KB
+    assert 500 < packed.stat().st_size < 4000
+    before = ma._get_madvise_hugepage()
+    ma._set_madvise_hugepage(True)
+    try:
+        for path in (small, large, packed):
+            analysis.read(path, "pages_test", cache=False)
+        assert ma._get_madvise_hugepage()  # restored
+    finally:
+        ma._set_madvise_hugepage(before)
+    assert seen == [True, False, False]  # small: left alone; large and gzipped: switched off
+
+
 def test_hugepages_stall_reads_the_active_defrag_mode(monkeypatch, tmp_path):
     import builtins
 
