@@ -201,3 +201,30 @@ def test_the_checks_see_function_level_cycles_and_private_names(tmp_path):
     assert mods["analysis.metrics.m"].private_uses() == ["analysis.metrics.m:3: from analysis.c import _x"]
     (pkg / "c.py").write_text("def g():\n    return 1\n")
     assert find_cycle(graph(tmp_path)) is None
+
+
+#: Issue 26, rule 6: no function over 80 lines, no file over 800 lines in ``analysis/``. The
+#: ones still over it, each at most as long as it is now, with whose work brings it under:
+#: report/plots (their owners; ``build_report`` becomes load, export, render), the metrics
+#: that the baseline-selector work rewrites, and ``readers/_chrome.py`` (its gzip blocks
+#: go to ``analysis/_io.py`` in the inputs work; otherwise its "Numbers" section moves out).
+SIZE_EXCEPTIONS = {
+    "analysis/plots.py": 861, "analysis/report.py": 829, "analysis/readers/_chrome.py": 861,
+    "analysis/report.py:build_report": 108, "analysis/doctor.py:collect": 82,
+    "analysis/metrics/breakdown.py:time_breakdown": 126, "analysis/metrics/breakdown.py:gpu_time_breakdown": 87,
+    "analysis/metrics/gap.py:scaling_loss": 153, "analysis/metrics/model.py:what_if": 81,
+}
+
+
+def test_no_long_function_or_file_beyond_the_known_ones():
+    over = {}
+    for path in sorted((ROOT / "analysis").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if (n := len(text.splitlines())) > 800:
+            over[rel] = n
+        for node in ast.walk(ast.parse(text)):
+            if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and (n := node.end_lineno - node.lineno + 1) > 80):
+                over[f"{rel}:{node.name}"] = n
+    assert {k: n for k, n in over.items() if n > SIZE_EXCEPTIONS.get(k, 0)} == {}
