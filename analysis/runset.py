@@ -174,7 +174,7 @@ def _backend_label(framework: str | None, backend: str | None, config: dict, man
 
 
 #: Run axes a ``--label`` of the same name sets where SLURM recorded nothing.
-LABEL_AXES = ("cluster", "partition")
+LABEL_AXES = schema.MACHINE_AXES
 
 
 def _placement(entry: dict, manifest: dict | None, config: dict) -> dict:
