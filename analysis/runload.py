@@ -36,7 +36,7 @@ def in_tasks(runset: Any) -> bool:
     if runset.client is not None:
         return True
     if runset.workers is not None:
-        return runset.workers > 1
+        return parallel.workers_for(runset.workers) > 1
     paths = [p for p in runset.usable_runs()["path"] if p is not None and Path(p).is_dir()]
     # a task per rank file: one run of many ranks is worth a pool too
     n_tasks = sum(max(1, len(list(Path(p).glob("rank-*.trace.json*")))) for p in paths)
