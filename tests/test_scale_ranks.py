@@ -260,3 +260,25 @@ def test_a_run_whose_files_share_a_rank_is_reduced_whole(dirs, tmp_path, counted
         got = M.step_times(rs)
     pd.testing.assert_frame_equal(got, want)
     assert counted == [("step_times", 5), ("step_times", 1)]
+
+
+@M.maps_over(unit="rank")
+def _trace_rows(events):
+    """A per-rank metric the engine has never heard of: rows of each rank's own trace (the
+    Horovod timeline's rows left out, as ``timeline_rank=None`` promises)."""
+    own = events[events["source"].astype(str) != "horovod"]
+    own = own.assign(run_id=own["run_id"].astype(str))
+    return own.groupby(["run_id", "rank"], observed=True).size().rename("n_rows").reset_index()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_new_per_rank_metric_needs_only_its_declaration(dirs, serial, workers, counted):
+    """Issue 26: declaring a metric per rank is all it takes for a RunSet to map it over its
+    rank files; nothing in the engine names it."""
+    rs = _runset(dirs, workers=workers)
+    got = _trace_rows(rs)
+    pd.testing.assert_frame_equal(got, _trace_rows(serial[1]))
+    assert rs.loaded("events") is None  # reduced rank file by rank file, never gathered here
+    if workers > 1:
+        (label, n_tasks), = counted
+        assert label == "_trace_rows" and n_tasks > len(rs.usable_runs())  # one task per rank file
