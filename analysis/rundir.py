@@ -35,7 +35,6 @@ __all__ = [
     "load_manifest",
     "log_tail",
     "read_epochs",
-    "read_experiment",
     "read_manifest",
 ]
 
@@ -101,22 +100,6 @@ def read_manifest(path: str | os.PathLike[str]) -> dict:
     if path.is_dir():
         path = path / "run.json"
     return load_manifest(path, RUN_FORMAT)
-
-
-def read_experiment(path: str | os.PathLike[str]) -> dict:
-    """Read and validate ``experiment.json`` (the file or its experiment directory); its
-    ``runs`` must be a list of objects that each have a ``run_id``."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "experiment.json"
-    exp = load_manifest(path, EXPERIMENT_FORMAT)
-    runs = exp.get("runs")
-    if not isinstance(runs, list):
-        raise ReadError(path, "has no 'runs' list")
-    for i, entry in enumerate(runs):
-        if not isinstance(entry, dict) or not entry.get("run_id") or not isinstance(entry["run_id"], str):
-            raise ReadError(path, f"runs[{i}] has no run_id")
-    return exp
 
 
 def clock_offsets(manifest: dict) -> dict[int, int]:

@@ -174,7 +174,7 @@ def _backend_label(framework: str | None, backend: str | None, config: dict, man
 
 
 #: Run axes a ``--label`` of the same name sets where SLURM recorded nothing.
-LABEL_AXES = ("cluster", "partition")
+LABEL_AXES = schema.MACHINE_AXES
 
 
 def _placement(entry: dict, manifest: dict | None, config: dict) -> dict:
@@ -273,8 +273,8 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
 
 def _comm(run_dir: Path | None, manifest: dict | None) -> dict:
     """``comm_path`` and ``comm_warnings`` (``; ``-joined, None when none) of a run
-    (:func:`analysis.metrics.commpath.run_comm_path`)."""
-    from analysis.metrics.commpath import run_comm_path
+    (:func:`analysis.runtable.run_comm_path`)."""
+    from analysis.runtable import run_comm_path
 
     info = run_comm_path(run_dir, manifest)
     return {"comm_path": info["comm_path"], "comm_warnings": "; ".join(info["comm_warnings"]) or None}
@@ -547,7 +547,7 @@ class RunSet:
         """Runs whose status is not ``ok`` (failed, oom, timeout, killed, running...)."""
         return self._runs[self._runs["status"] != OK_STATUS].reset_index(drop=True)
 
-    def _runs_to_read(self, which: str) -> list[Any]:
+    def runs_to_read(self, which: str) -> list[Any]:
         """The usable runs whose ``which`` table is read (rows of the runs table): those
         with a run directory, and for all but the epochs a usable ``run.json`` (a run
         without one, recorded when scanned, has no events, samples or GPU mapping)."""
@@ -556,7 +556,7 @@ class RunSet:
                 if row.path is not None and Path(row.path).is_dir()
                 and (which == "epochs" or row.run_id not in no_manifest)]
 
-    def _read_noting_damage(self, row: Any, which: str, read: Callable[[Any], pd.DataFrame]) -> pd.DataFrame | None:
+    def read_noting_damage(self, row: Any, which: str, read: Callable[[Any], pd.DataFrame]) -> pd.DataFrame | None:
         """``read(row)``, or None when it raises: the damage is recorded (and warned) as
         ``which`` of that run; one damaged run never takes the others down."""
         try:
@@ -568,18 +568,18 @@ class RunSet:
                               f"{which} of run {row.run_id}", stacklevel=5)
             return None
 
-    def _load(self, which: str, read: Callable[[Any], pd.DataFrame] | None = None) -> pd.DataFrame:
+    def read_runs(self, which: str, read: Callable[[Any], pd.DataFrame] | None = None) -> pd.DataFrame:
         """The ``which`` table of the usable runs, each run read by ``read(row)`` (default:
-        from its directory, here; :func:`analysis.scale.load_table` gives the runs it read
+        from its directory, here; :func:`analysis.runload.load_table` gives the runs it read
         part by part on its workers), in the runs table's order."""
         frames = []
-        for row in self._runs_to_read(which):
+        for row in self.runs_to_read(which):
             if which == "epochs":
                 found: list[dict] = []
                 frames.append(read_epochs(row.path, run_id=row.run_id, damage=found))
                 self._note_damage(row.run_id, found, "the epochs in this file")
                 continue
-            df = self._read_noting_damage(row, which, read or partial(self._read_row, which=which))
+            df = self.read_noting_damage(row, which, read or partial(self._read_row, which=which))
             if df is None:
                 continue
             if which == "rank_devices":
@@ -588,7 +588,7 @@ class RunSet:
             if len(df):
                 df = df.copy()
                 # the runs table's id is the key (it differs when two experiments collide)
-                df["run_id"] = schema._as_category(np.full(len(df), row.run_id, dtype=object), len(df))
+                df["run_id"] = schema.as_category(np.full(len(df), row.run_id, dtype=object), len(df))
             frames.append(df)
         if which in ("epochs", "rank_devices"):
             cols = EPOCH_COLUMNS if which == "epochs" else RANK_DEVICE_COLUMNS
@@ -644,10 +644,10 @@ class RunSet:
 
     def _table(self, which: str) -> pd.DataFrame:
         if self._tables[which] is None:
-            from analysis import scale
+            from analysis import runload
 
-            parallel = which in ("events", "samples") and scale.parallel(self)
-            self._tables[which] = scale.load_table(self, which) if parallel else self._load(which)
+            in_tasks = which in ("events", "samples") and runload.in_tasks(self)
+            self._tables[which] = runload.load_table(self, which) if in_tasks else self.read_runs(which)
         return self._tables[which]
 
     def loaded(self, which: str) -> pd.DataFrame | None:
@@ -657,7 +657,7 @@ class RunSet:
 
     def split(self) -> list[RunSet]:
         """One RunSet per usable run, in the runs table's order, read in this process
-        (``workers=1``, no client): the units :mod:`analysis.scale` hands to its workers
+        (``workers=1``, no client): the units :mod:`analysis.runload` hands to its workers
         for what it reduces run by run (the events of the per-rank metrics go one rank
         file per task instead)."""
         return [self._subset(self.usable_runs().iloc[[i]], workers=1, client=None)
@@ -673,9 +673,9 @@ class RunSet:
         """
         if self.client is not None and self._tables["events"] is None:
             if self._dask_events is None:
-                from analysis import scale
+                from analysis import runload
 
-                self._dask_events = scale.dask_events(self)
+                self._dask_events = runload.dask_events(self)
             return self._dask_events
         return self._table("events")
 
@@ -762,6 +762,16 @@ class RunSet:
     def apply(self, func: Callable[[RunSet], pd.DataFrame]) -> pd.DataFrame:
         """Call ``func`` on this RunSet (convenience for method chains)."""
         return func(self)
+
+    def __scalescope_metric__(self, metric: Callable[..., pd.DataFrame], mapping: Any,
+                              options: dict) -> pd.DataFrame:
+        """``metric(self, **options)`` for a metric declared with ``@maps_over``
+        (:mod:`analysis.metrics._mapping`): read and reduced one rank file or one run per
+        task on this RunSet's engine (:func:`analysis.runload.map_metric`); the table the
+        metric gives on all the events, with the same warnings and damage."""
+        from analysis import runload
+
+        return runload.map_metric(self, metric, mapping, options)
 
     def __len__(self) -> int:
         return len(self._runs)
