@@ -264,17 +264,19 @@ def tool_files(
         raise TypeError(f"tool_files: unknown file kinds {sorted(unknown)}; use {sorted(CORPUS_FILES)}")
     given = {k: Path(v).expanduser().resolve() for k, v in paths.items() if v is not None}
     env = env_experiments()
+    shown = False  # the line saying which experiment was printed
     if given:
         found = given
-        why = "paths in the parameters cell"
+        why = "paths in the parameters cell" + (f", over ${ENV_VAR}" if env else "")
         out = Path(export) if export else Path(tempfile.gettempdir()) / "scalescope" / EXPORT_DIRNAME
     elif experiments is not None or env:
         opened = resolve(experiments, sample="sample_sweep", export=export)
+        print(opened.line())
+        shown = True
         runs = [r for d in opened.dirs for r in sorted(d.glob("*/run.json"))]
         kineto = _first(r.parent / "torch_profiler" for r in runs if (r.parent / "torch_profiler").is_dir())
         nsys = _first(p for r in runs for p in (r.parent / "nsys").glob("*.sqlite"))
         found = {k: v for k, v in {"kineto": kineto, "nsys": nsys}.items() if v is not None}
-        why = opened.why
         need(found, f"{', '.join(map(_short, opened.dirs))} holds no other tools' files: sweep with "
                     "--torch-profiler (Kineto traces) or --nsys (Nsight Systems), or set the paths in "
                     "the parameters cell")
@@ -285,8 +287,8 @@ def tool_files(
         need(found, f"no experiment opened and no corpus at {CORPUS}: set the paths in the parameters "
                     "cell, or open an experiment swept with --torch-profiler or --nsys")
         out = Path(export) if export else Path(tempfile.gettempdir()) / "scalescope" / EXPORT_DIRNAME
-    print(f"Reading {', '.join(f'{k} {_short(v)}' for k, v in found.items())} ({why}); "
-          f"exports go to {out}")
+    listed = ", ".join(f"{k} {_short(v)}" for k, v in found.items())
+    print(f"Reading {listed}" + ("" if shown else f" ({why}); exports go to {out}"))
     return ToolFiles(**{k: found.get(k) for k in CORPUS_FILES}, export=Path(out))
 
 
