@@ -150,7 +150,7 @@ def resolve(
         why = "EXPERIMENTS in the parameters cell" + (f", over ${ENV_VAR}" if env else "")
     elif env:
         dirs, is_sample = env, False
-        why = f"opened by `scalescope notebooks` (${ENV_VAR})"
+        why = f"opened by `scalescope notebooks`: ${ENV_VAR}"
     else:
         names = [sample] if isinstance(sample, str) else list(sample)
         dirs, is_sample = [(DATA / n).resolve() for n in names], True

@@ -133,7 +133,7 @@ def test_what_the_notebooks_import_is_installed_by_make_demo():
                     if not dists & installed:
                         missing.append(f"{path.name}: {top}")
     assert not missing, missing
-    assert "distributed" not in installed or "distributed" in _requirement_closure(set()), \
+    assert "distributed" not in installed and "distributed" in _requirement_closure({"scale"}), \
         "Dask stays optional (the scale extra)"
 
 
@@ -275,9 +275,9 @@ def _check_clean(nb, name: str, stop: str | None) -> str:
         assert not errors, f"{name}: {errors}"
     else:
         assert [e["traceback"] for e in errors] == [[f"Stopped: {stop}"]], f"{name}: {errors}"
-    text = json.dumps(outs)
-    assert "Traceback (most recent call last)" not in text, f"{name}: a traceback in the outputs"
-    return text
+    printed = json.dumps([o for o in outs if o["output_type"] in ("stream", "error")])
+    assert "Traceback (most recent call last)" not in printed, f"{name}: a traceback in the outputs"
+    return json.dumps(outs)  # tables may quote a failed run's own log (11: its MemoryError)
 
 
 def _exports_in_checkout() -> set[Path]:
