@@ -159,7 +159,7 @@ def resolve(
         raise NotebookStop("EXPERIMENTS in the parameters cell is empty: give an experiment directory")
     if export is not None:
         out = Path(export).expanduser().resolve()
-    elif is_sample:  # never into the checkout
+    elif dirs[0].is_relative_to(DATA):  # a bundled sample: never into the checkout
         out = Path(tempfile.gettempdir()) / "scalescope" / EXPORT_DIRNAME / "-".join(dirs[0].relative_to(DATA).parts)
     else:
         out = dirs[0] / EXPORT_DIRNAME

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import tomllib
 from _helpers import REAL_BACKENDS
 
 from analysis import notebooks as nbs
@@ -93,6 +92,7 @@ def _requirement_closure(extras: set[str]) -> set[str]:
     def norm(name: str) -> str:
         return name.lower().replace("_", "-").replace(".", "-")
 
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     todo = list(project["dependencies"])
     for extra in extras:
@@ -156,6 +156,8 @@ def test_rule_sample_then_environment_then_parameters_cell(monkeypatch, tmp_path
     cell = nbs.resolve(str(mine), sample="sample_sweep", export=tmp_path / "out")
     assert cell.dirs == (mine,) and cell.export == tmp_path / "out"
     assert "parameters cell" in cell.why and nbs.ENV_VAR in cell.why, cell.why
+    chosen = nbs.resolve(ROOT / "notebooks" / ".." / "data" / "sample_sweep", sample="sample_sweep")
+    assert not chosen.sample and ROOT not in chosen.export.parents, "a sample chosen in the cell exports outside"
 
 
 def test_an_opened_experiment_never_falls_back_to_the_sample(monkeypatch, tmp_path, capsys):
@@ -342,3 +344,20 @@ def test_notebook_follows_the_experiment_opened(path, demo_experiment, monkeypat
     for word in FOREIGN:
         assert word not in text, f"{path.name}: an output mentions {word!r}"
     assert _exports_in_checkout() == before, "exports written into the checkout"
+
+
+@pytest.mark.slow
+def test_notebook_01_goes_on_without_dask(demo_experiment, monkeypatch, tmp_path):
+    """After ``make demo`` alone Dask is not installed (the scale extra): notebook 01's Dask cell
+    says how to install it and the notebook runs to its export."""
+    fake = tmp_path / "no-dask" / "distributed"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'distributed'\", name='distributed')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(nbs.ENV_VAR, str(demo_experiment))
+    nb, stop = _execute(ROOT / "notebooks" / "01_single_run_breakdown.ipynb")
+    assert stop is None
+    text = _check_clean(nb, "01", stop)
+    assert "Dask is not installed" in text and "scalescope[scale]" in text
+    assert "same table as per_rank" not in text, "the Dask cell ran although Dask was missing"
+    assert (demo_experiment / nbs.EXPORT_DIRNAME / "01_single_run").is_dir()
