@@ -224,9 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path,
                    default=Path(os.environ.get("SCALESCOPE_DATA_DIR", "") or Path.home() / ".cache" / "scalescope" / "data"),
                    help="where the generated data set is cached (default ~/.cache/scalescope/data)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads per rank (default 1: on CPU each rank is one core, the "
-                        "analogue of one GPU per rank; 0: cores / ranks on this node)")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("SCALESCOPE_THREADS") or 1),
+                   help="torch CPU threads per rank (default $SCALESCOPE_THREADS, which `scalescope sweep` "
+                        "sets to the cores per rank, else 1: on CPU each rank is one core, the analogue of "
+                        "one GPU per rank; 0: cores / ranks on this node)")
     p.add_argument("--no-instrument", action="store_true",
                    help="do not import or call scalescope's instrumentation (overhead baseline)")
     p.add_argument("--inject", action="append", default=[], metavar="PHASE:MS[@RANKS]",
