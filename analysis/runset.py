@@ -510,7 +510,11 @@ class RunSet:
         (GPUs NVML listed there), ``labels`` and one ``label_<key>`` column per other label;
         ``requested_backend`` (the sweep's label) beside ``config_backend`` (what ran: a
         Horovod run with NCCL tensor operations is ``horovod-nccl``), ``horovod_tensor_op``,
-        ``scaling`` (``strong``/``weak``), ``data_scale`` and ``time_budget_s``.
+        ``scaling`` (``strong``/``weak``), ``data_scale`` and ``time_budget_s``. Threads:
+        ``threads_per_rank`` (the largest torch intra-op count of the ranks, else the
+        manifest's), ``host_cpus``, ``threads_mixed`` (the ranks disagree; see
+        :func:`thread_mismatches`); ``resumed_from_epoch`` (the first epoch label when not 0)
+        and ``baseline_kind`` (``no_framework`` / ``framework_one_process`` for baselines).
     """
 
     def __init__(

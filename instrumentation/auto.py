@@ -134,7 +134,7 @@ class _ModelHooks:
     """Forward/backward phase hooks on one module."""
 
     def __init__(self, model: Any):
-        self.stack: list[_ph.Phase] = []
+        self.stack: list[tuple[_ph.Phase, bool]] = []
         self.backward_open: _ph.Phase | None = None
         self.handles = [
             model.register_forward_pre_hook(self.pre_forward),
@@ -143,11 +143,17 @@ class _ModelHooks:
 
     def pre_forward(self, module: Any, args: Any) -> None:
         try:
+            torch = sys.modules.get("torch")
+            training = torch is None or torch.is_grad_enabled()
+            # a forward without gradients outside a step is an evaluation: like a forward
+            # inside phase("eval") it carries no step and opens none
+            evaluating = not training and _ph.may_open_step()
+            if evaluating:
+                _ph.S.eval_depth += 1
             p = _ph.Phase("forward")
             p.enter()
-            self.stack.append(p)
-            torch = sys.modules.get("torch")
-            if torch is not None and torch.is_grad_enabled():  # a training forward: count its samples
+            self.stack.append((p, evaluating))
+            if training:  # a training forward: count its samples
                 _ph.note_batch(args, source="forward")
         except Exception as exc:
             warn_once("hook-forward", f"forward hook failed: {exc!r}")
@@ -155,7 +161,10 @@ class _ModelHooks:
     def post_forward(self, module: Any, args: Any, out: Any) -> None:
         try:
             if self.stack:
-                self.stack.pop().exit()
+                p, evaluating = self.stack.pop()
+                p.exit()
+                if evaluating:
+                    _ph.S.eval_depth = max(_ph.S.eval_depth - 1, 0)
             torch = sys.modules.get("torch")
             if torch is None or not torch.is_grad_enabled() or not _ph.recording():
                 return

@@ -402,7 +402,8 @@ def _describe_process(m: dict, framework: str) -> None:
         initialised = "horovod" if _horovod() is not None else "ddp" if _dist() is not None else None
         m["framework_initialised"] = initialised
         m["baseline_kind"] = "framework_one_process" if initialised else "no_framework"
-    m.setdefault("resumed_from_epoch", None)
+    for key in ("resumed_from_epoch", "grad_bytes", "grad_bytes_source", "grad_tensors"):
+        m.setdefault(key, None)
 
 
 def _int_env(name: str) -> int | None:
