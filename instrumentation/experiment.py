@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from instrumentation import commpath
+from instrumentation import threads as _threads
 from instrumentation.manifest import slurm_env, write_json_atomic
 from instrumentation.recorder import closed_status, trace_path
 
@@ -565,6 +566,7 @@ def finalize_run(
                          "destroy_process_group; see docs/instrumentation.md)")
     manifest["status"] = status
     manifest["exit_code"] = exit_code
+    _threads.merge_rank_files(run_dir, manifest)  # ranks whose script changed their threads after init
     if exit_note:
         manifest["exit_note"] = exit_note
     if manifest.get("config") is None:

@@ -57,6 +57,7 @@ class Run:
         self.status: str | None = None
         self.owner_pid = os.getpid()
         self.manifest_dirty = False
+        self.threads: dict | None = None  # this rank's threads as read at init
 
     @property
     def trace_path(self) -> Path | None:
@@ -336,7 +337,9 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
     anchor = take_anchor()
     interval = env_float("SCALESCOPE_SAMPLE_INTERVAL", float(sample_interval_s))
     proposed = run_dir or env_str("SCALESCOPE_RUN_DIR") or _default_run_dir()
-    infos = comm.allgather(_identity(run, comm, anchor=anchor, proposed=proposed, interval=interval))
+    identity = _identity(run, comm, anchor=anchor, proposed=proposed, interval=interval)
+    run.threads = identity["threads"]
+    infos = comm.allgather(identity)
     clock = (estimate_offsets(comm.barrier, comm.allgather) if run.world_size > 1 else
              {"reference_rank": 0, "method": "single-process", "rounds": 0,
               "offsets_ns": {}, "spread_ns": {}})
@@ -364,7 +367,10 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
         )
         if run.torch_profiler is not None:
             run.manifest["profilers"] = {"torch_profiler": run.torch_profiler.info()}
-        _describe_process(run.manifest, run.framework)
+        try:
+            _describe_process(run.manifest, run.framework)
+        except Exception as exc:  # a deleted working directory, say: the rest of the manifest stands
+            warn_once("describe", f"cannot describe the process in run.json: {exc!r}")
         for k, v in _pending.items():
             if run.manifest.get(k) is None or k.startswith("grad_"):
                 run.manifest[k] = v
@@ -391,10 +397,9 @@ def _describe_process(m: dict, framework: str) -> None:
     ``OMP_NUM_THREADS``), ``working_dir`` and, for a run without a framework, whether one was
     initialised anyway (``baseline_kind``)."""
     if m.get("threads_per_rank") is None:
-        intra = [(r.get("threads") or {}).get("torch_intra_op") for r in m.get("ranks") or []]
-        intra = [n for n in intra if isinstance(n, int)]
-        omp = _threads.requested_threads() or _int_env("OMP_NUM_THREADS")
-        m["threads_per_rank"] = max(intra) if intra else omp
+        m["threads_per_rank"], m["threads_per_rank_source"] = _threads.per_rank(m.get("ranks") or [])
+    else:
+        m["threads_per_rank_source"] = "script"
     m["working_dir"] = {"mode": env_str("SCALESCOPE_CWD"), "path": os.getcwd(),
                         "user_cwd": env_str("SCALESCOPE_USER_CWD")}
     m["framework_initialised"] = m["baseline_kind"] = None
@@ -406,19 +411,16 @@ def _describe_process(m: dict, framework: str) -> None:
         m.setdefault(key, None)
 
 
-def _int_env(name: str) -> int | None:
-    try:
-        return int(os.environ.get(name, ""))
-    except ValueError:
-        return None
-
-
 def _on_epoch_end(line: dict) -> None:
     """After each epoch (every rank): rank 0 flags a run whose first epoch label is not 0 (it
     resumed from state it did not create: a checkpoint in its working directory) and writes
     what was noted since the last write (gradient bytes)."""
     run = _RUN
-    if run is None or run.manifest is None:
+    if run is None:
+        return
+    if _ph.S.n_epoch_ends == 1:
+        _threads_after_first_epoch(run)
+    if run.manifest is None:
         return
     first = _ph.S.first_epoch
     if _ph.S.n_epoch_ends == 1 and first not in (None, 0) and run.manifest.get("resumed_from_epoch") is None:
@@ -612,6 +614,24 @@ def _write_manifest(run: Run) -> None:
                   f"({exc.strerror or exc}); training goes on")
     except Exception as exc:
         warn_once("manifest", f"cannot write run.json: {exc!r}")
+
+
+def _threads_after_first_epoch(run: Run) -> None:
+    """Every rank: when its threads differ after the first epoch from what it read at init (the
+    script set them after ``init``), it writes them to ``rank-NNNNN.threads.json``, which the
+    sweep launcher merges into ``run.json`` (rank 0 updates its own entry at once)."""
+    now = _threads.thread_info()
+    if run.threads is None or now == run.threads or run.run_dir is None:
+        return
+    run.threads = now
+    try:
+        _mf.write_json_atomic(_threads.threads_path(run.run_dir, run.rank), {"rank": run.rank, "threads": now})
+    except OSError as exc:
+        warn_once("threads-file", f"cannot record this rank's threads ({exc.strerror or exc}); training goes on")
+    m = run.manifest
+    if m is not None:
+        _threads.merge_into(m, {run.rank: now})
+        run.manifest_dirty = True
 
 
 # -- finish ---------------------------------------------------------------------------------------

@@ -12,12 +12,15 @@ Never imports torch itself and never raises.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 from instrumentation._env import warn_once
 
-__all__ = ["THREAD_KEYS", "apply_from_env", "requested_threads", "thread_info"]
+__all__ = ["THREAD_KEYS", "apply_from_env", "merge_into", "merge_rank_files", "per_rank", "requested_threads",
+           "thread_info", "threads_path"]
 
 #: The keys of ``ranks[i].threads`` in ``run.json``.
 THREAD_KEYS = ("torch_intra_op", "torch_inter_op", "omp_num_threads", "mkl_num_threads", "cpus_available",
@@ -76,3 +79,57 @@ def thread_info() -> dict:
         "host_cpus": _int(os.cpu_count),
     }
     return info
+
+
+def per_rank(ranks: list[dict]) -> tuple[int | None, str | None]:
+    """``run.json`` ``threads_per_rank`` for a script that gave none, and where it comes from:
+    the largest ``torch_intra_op`` of the ranks (``"ranks"``), else ``$SCALESCOPE_THREADS`` or
+    ``OMP_NUM_THREADS`` (``"env"``), else ``(None, None)``."""
+    intra = [(r.get("threads") or {}).get("torch_intra_op") for r in ranks if isinstance(r, dict)]
+    intra = [n for n in intra if isinstance(n, int)]
+    if intra:
+        return max(intra), "ranks"
+    for name in ("SCALESCOPE_THREADS", "OMP_NUM_THREADS"):
+        try:
+            n = int(os.environ.get(name, ""))
+        except ValueError:
+            continue
+        if n > 0:
+            return n, "env"
+    return None, None
+
+
+def threads_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """``rank-NNNNN.threads.json``: a rank's threads when they changed after ``init``."""
+    return Path(run_dir) / f"rank-{rank:05d}.threads.json"
+
+
+def merge_into(manifest: dict, threads: dict[int, dict]) -> bool:
+    """Put ``{rank: threads}`` into ``manifest["ranks"][i]["threads"]`` (each marked
+    ``"changed_after_init": true``) and recompute a derived ``threads_per_rank``; returns
+    whether anything changed."""
+    changed = False
+    for r in manifest.get("ranks") or []:
+        if isinstance(r, dict) and r.get("rank") in threads and r.get("threads") != threads[r["rank"]]:
+            r["threads"] = dict(threads[r["rank"]])
+            r["threads_changed_after_init"] = True
+            changed = True
+    if changed and manifest.get("threads_per_rank_source") in ("ranks", "env", None):
+        n, source = per_rank(manifest.get("ranks") or [])
+        if n is not None:
+            manifest["threads_per_rank"], manifest["threads_per_rank_source"] = n, source
+    return changed
+
+
+def merge_rank_files(run_dir: str | os.PathLike[str], manifest: dict) -> bool:
+    """Merge every ``rank-NNNNN.threads.json`` of ``run_dir`` into ``manifest`` (the sweep
+    launcher, after the run); unreadable files are skipped. Returns whether it changed."""
+    found: dict[int, dict] = {}
+    for f in sorted(Path(run_dir).glob("rank-*.threads.json")):
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and isinstance(data.get("threads"), dict):
+                found[int(data["rank"])] = data["threads"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return merge_into(manifest, found) if found else False

@@ -19,10 +19,14 @@ import instrumentation as ssi  # ssi
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--batch-size", type=int, default=16)
+p.add_argument("--threads-total", type=int, default=0,
+               help="set torch's threads to this many divided by the ranks (a rule of its own, after init)")
 args = p.parse_args()
 
 hvd.init()
 ssi.init(config={"batch_size": args.batch_size, "epochs": args.epochs})  # ssi
+if args.threads_total:
+    torch.set_num_threads(max(1, args.threads_total // hvd.size()))
 torch.manual_seed(0)
 data = TensorDataset(torch.randn(256, 20), torch.randint(0, 3, (256,)))
 sampler = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank())

@@ -171,3 +171,33 @@ def test_ddp_script_with_its_own_dataloader_workers(tmp_path):
     n_ranks = rs.runs.set_index("run_id")["n_ranks"]
     for (run_id, _rank), samples in per_rank.items():
         assert samples == 192 // int(n_ranks[run_id])
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.skipif(HVD_MISSING is not None, reason=str(HVD_MISSING))
+def test_threads_a_script_sets_after_init_are_recorded_and_a_mismatch_is_reported(tmp_path):
+    """The script sets 4 // ranks threads after ``ssi.init``: the baseline 4, each of two
+    ranks 2, against 2 and 1 cores per rank here. run.json says what the ranks really ran
+    with, and the report names the comparison."""
+    if cores_per_rank(1) != 2:
+        pytest.skip("the expected thread counts are worked out for a 2-core machine")
+    shutil.copy(HERE / "horovod_train.py", tmp_path / "horovod_train.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([str(SCALESCOPE), "sweep", "--np", "2", "--backend", "horovod-gloo", "--baseline",
+                           "--out", "exp", "--", "python", "horovod_train.py", "--threads-total", "4"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = {}
+    for run_id in ("baseline_np1_r1", "horovod-gloo_np2_r1"):
+        m = json.loads((tmp_path / "exp" / run_id / "run.json").read_text())
+        got[run_id] = [r["threads"]["torch_intra_op"] for r in m["ranks"]]
+        assert all(r["threads_changed_after_init"] for r in m["ranks"])
+        assert m["threads_per_rank"] == max(got[run_id]) and m["threads_per_rank_source"] == "ranks"
+    assert got == {"baseline_np1_r1": [4], "horovod-gloo_np2_r1": [2, 2]}
+    from analysis.report import build_report
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        page = build_report(tmp_path / "exp", static=False).read_text()
+    assert "ran with different threads per rank (baseline_np1_r1: 4, horovod-gloo_np2_r1: 2)" in page

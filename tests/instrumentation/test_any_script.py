@@ -171,3 +171,31 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_threads_set_after_init_are_recorded_at_the_first_epoch(tmp_path, fresh_state, torch_threads, monkeypatch):
+    from instrumentation.experiment import RunSpec, finalize_run
+    from instrumentation.threads import threads_path
+
+    monkeypatch.delenv("SCALESCOPE_THREADS", raising=False)
+    torch.set_num_threads(2)
+    run = ssi.init(run_dir=tmp_path / "r", framework="none", sample_interval_s=0)
+    assert _manifest(run)["threads_per_rank_source"] == "ranks"
+    torch.set_num_threads(1)  # the script's own choice, after init
+    with ssi.phase("forward"):
+        pass
+    ssi.epoch_end(0)
+    saved = json.loads(threads_path(run.run_dir, 0).read_text())
+    assert saved["threads"]["torch_intra_op"] == 1
+    m = _manifest(run)
+    assert m["ranks"][0]["threads"]["torch_intra_op"] == 1 and m["ranks"][0]["threads_changed_after_init"]
+    assert m["threads_per_rank"] == 1
+    ssi.finish()
+    # the launcher merges every rank's file (here: another rank's, written by hand)
+    other = {**saved["threads"], "torch_intra_op": 3}
+    m["ranks"].append({"rank": 1, "threads": dict(saved["threads"])})
+    (run.run_dir / "run.json").write_text(json.dumps(m))
+    threads_path(run.run_dir, 1).write_text(json.dumps({"rank": 1, "threads": other}))
+    finalize_run(run.run_dir, RunSpec("baseline", 1, None, 1), exit_code=0, experiment="E", command=[])
+    m = _manifest(run)
+    assert m["ranks"][1]["threads"]["torch_intra_op"] == 3 and m["threads_per_rank"] == 3
