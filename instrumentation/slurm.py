@@ -238,6 +238,7 @@ def render_script(spec, *, script: Sequence[str], out: Path, experiment: str, ar
         *launch_lines(spec, rank_cmd, lay, launcher=args.slurm_launcher, env_names=list(env), python=python,
                       cpu_bind=args.cpu_bind is not False),
         "rc=$?",
+        f"cd {shlex.quote(str(user_cwd))}",  # back where the sweep ran (scalescope may be importable only there)
         _q([python, "-m", "instrumentation.slurm", "finalize", "--out", str(out), "--run-id", spec.run_id])
         + ' --exit-code "$rc" --wall-s "$SECONDS"',
         'exit "$rc"',
