@@ -134,7 +134,8 @@ class _ModelHooks:
     """Forward/backward phase hooks on one module."""
 
     def __init__(self, model: Any):
-        self.stack: list[tuple[_ph.Phase, bool]] = []
+        # (the forward phase, None), or for an evaluation forward (NVTX range pushed, start ns)
+        self.stack: list[tuple[_ph.Phase | bool, int | None]] = []
         self.backward_open: _ph.Phase | None = None
         self.handles = [
             model.register_forward_pre_hook(self.pre_forward),
@@ -145,14 +146,15 @@ class _ModelHooks:
         try:
             torch = sys.modules.get("torch")
             training = torch is None or torch.is_grad_enabled()
-            # a forward without gradients outside a step is an evaluation: like a forward
-            # inside phase("eval") it carries no step and opens none
-            evaluating = not training and _ph.may_open_step()
-            if evaluating:
-                _ph.S.eval_depth += 1
+            if not training and _ph.may_open_step():
+                # a forward without gradients outside a step is an evaluation: like a forward
+                # inside phase("eval") it carries no step and opens none (timed here, so no
+                # step state is touched even if the forward raises)
+                self.stack.append((_ph.nvtx_push("forward"), _ph.now()))
+                return
             p = _ph.Phase("forward")
             p.enter()
-            self.stack.append((p, evaluating))
+            self.stack.append((p, None))
             if training:  # a training forward: count its samples
                 _ph.note_batch(args, source="forward")
         except Exception as exc:
@@ -161,10 +163,14 @@ class _ModelHooks:
     def post_forward(self, module: Any, args: Any, out: Any) -> None:
         try:
             if self.stack:
-                p, evaluating = self.stack.pop()
-                p.exit()
-                if evaluating:
-                    _ph.S.eval_depth = max(_ph.S.eval_depth - 1, 0)
+                p, t0 = self.stack.pop()
+                if t0 is None:
+                    p.exit()
+                else:  # an evaluation forward: p says whether an NVTX range was pushed
+                    t1 = _ph.now()
+                    if p:
+                        _ph.nvtx_pop()
+                    _ph.record("phase", "forward", t0, t1, step=None, epoch=_ph.current_epoch())
             torch = sys.modules.get("torch")
             if torch is None or not torch.is_grad_enabled() or not _ph.recording():
                 return

@@ -95,6 +95,14 @@ def test_model_size_and_samples_without_samples_argument(tmp_path, fresh_state):
     ssi.step_end()
     line = ssi.epoch_end(3)
     assert (line["samples"], line["samples_source"], line["steps"]) == (None, None, 1)
+    ssi.finish()
+    import analysis
+
+    ev = analysis.read(run.trace_path, format="scalescope_trace")
+    fwd = ev[ev["name"] == "forward"]
+    # the no_grad forward is recorded without a step; the 4 + 2 training forwards and the
+    # hand-placed one each have theirs
+    assert fwd["step"].isna().sum() == 1 and fwd["step"].notna().sum() == 7
 
 
 def test_batch_size_times_steps_when_no_batch_is_seen(tmp_path, fresh_state):
