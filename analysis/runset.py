@@ -318,8 +318,8 @@ def thread_mismatches(runs: pd.DataFrame, by: tuple[str, ...] = ("experiment", "
         what = ", ".join(f"{r.run_id}: {int(r.threads_per_rank)}" for r in g.sort_values("run_id").itertuples())
         where = ", ".join(f"{c}={v}" for c, v in zip(cols, key if isinstance(key, tuple) else (key,), strict=False))
         out.append(f"runs compared with each other ({where or 'all runs'}) ran with different threads per rank "
-                   f"({what}): their times differ by more than the rank count (set them with `scalescope sweep "
-                   "--threads N`, or leave the default, cores per rank)")
+                   f"({what}), so their times differ by more than the rank count (`scalescope sweep` sets the "
+                   "cores per rank by default, or --threads N)")
     return out
 
 
