@@ -320,22 +320,19 @@ def current_step() -> int | None:
 def _batch_len(obj: Any, depth: int = 0) -> int | None:
     """The leading dimension of the first tensor-like (``.shape``) in a batch, searching
     tuples, lists and dict values; ``None`` when there is none."""
-    shape = getattr(obj, "shape", None)
-    if shape is not None:
-        try:
-            return int(shape[0]) if len(shape) else None
-        except Exception:
+    if isinstance(obj, (tuple, list)) or (isinstance(obj, dict) and (obj := list(obj.values())) is not None):
+        if depth > 3:
             return None
-    if depth > 3:
-        return None
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
         for item in obj[:8]:
             n = _batch_len(item, depth + 1)
             if n is not None:
                 return n
-    return None
+        return None
+    try:
+        shape = obj.shape
+        return int(shape[0]) if len(shape) else None
+    except Exception:
+        return None
 
 
 def note_batch(batch: Any, *, source: str) -> None:
