@@ -1,11 +1,11 @@
 """CPU threads of a rank: set from the sweep's request, and read back as they really are.
 
 ``scalescope sweep`` exports ``OMP_NUM_THREADS`` and ``SCALESCOPE_THREADS`` (the cores per
-rank, or ``--threads N``) for every launcher and the baseline. :func:`apply_from_env`, called
-by :func:`instrumentation.init`, sets torch's intra-op threads to ``SCALESCOPE_THREADS`` when
-the script imported torch (torch honours ``OMP_NUM_THREADS`` at start-up, but a script may
-have changed it since); :func:`thread_info` is what each rank records in ``run.json``
-(``ranks[i].threads``, ``docs/run-directory.md``), for any script.
+rank, or ``--threads N``) for every launcher and the baseline. torch takes
+``OMP_NUM_THREADS`` at start-up; :func:`apply_from_env`, called by
+:func:`instrumentation.init`, sets torch's intra-op threads to ``SCALESCOPE_THREADS`` where it
+did not, and leaves a script's own choice alone. :func:`thread_info` is what each rank records
+in ``run.json`` (``ranks[i].threads``, ``docs/run-directory.md``), for any script.
 
 Never imports torch itself and never raises.
 """
@@ -43,18 +43,28 @@ def requested_threads() -> int | None:
 
 
 def apply_from_env() -> int | None:
-    """Set torch's intra-op threads to ``$SCALESCOPE_THREADS`` (when torch is imported and
-    the value differs); returns the value applied, ``None`` when nothing was asked."""
+    """Make torch's intra-op threads ``$SCALESCOPE_THREADS`` where torch did not take the
+    sweep's ``OMP_NUM_THREADS`` at start-up; a script that chose its own threads keeps them.
+
+    torch starts with ``OMP_NUM_THREADS`` threads. So when that variable already says
+    ``$SCALESCOPE_THREADS`` and torch runs another number, the script set it
+    (``torch.set_num_threads`` before ``init``): its choice stands, and is recorded. When
+    the variable says something else (changed after the sweep set it, or unset), torch is
+    set here. Returns the number torch runs with afterwards (``None`` without torch or
+    without a request). Never raises."""
     n = requested_threads()
     torch = sys.modules.get("torch")
     if n is None or torch is None:
-        return n
+        return None
     try:
-        if torch.get_num_threads() != n:
-            torch.set_num_threads(n)
+        current = int(torch.get_num_threads())
+        if current == n or os.environ.get("OMP_NUM_THREADS") == str(n):
+            return current
+        torch.set_num_threads(n)
+        return n
     except Exception as exc:
         warn_once("threads-set", f"cannot set torch's threads to {n} ({exc!r}); they stay as they are")
-    return n
+        return None
 
 
 def _int(fn) -> int | None:

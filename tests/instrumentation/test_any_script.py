@@ -30,21 +30,31 @@ def torch_threads():
 
 
 def test_threads_are_set_from_the_sweep_and_recorded(tmp_path, fresh_state, torch_threads, monkeypatch):
-    torch.set_num_threads(2)
+    torch.set_num_threads(2)  # as torch would start without OMP_NUM_THREADS on 2 cores
     monkeypatch.setenv("SCALESCOPE_THREADS", "1")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # torch did not start with the sweep's number
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     run = ssi.init(run_dir=tmp_path / "r", framework="none", sample_interval_s=0)
     assert torch.get_num_threads() == 1
     m = _manifest(run)
     t = m["ranks"][0]["threads"]
     assert set(t) == set(THREAD_KEYS)
-    assert (t["torch_intra_op"], t["omp_num_threads"], t["mkl_num_threads"]) == (1, "1", None)
+    assert (t["torch_intra_op"], t["omp_num_threads"], t["mkl_num_threads"]) == (1, None, None)
     assert t["torch_inter_op"] >= 1 and 1 <= t["cpus_available"] <= t["host_cpus"]
     assert m["threads_per_rank"] == 1
     # a run outside a sweep, without a framework: the baseline kind says so
     assert (m["baseline_kind"], m["framework_initialised"]) == ("no_framework", None)
     assert m["working_dir"]["mode"] is None and m["working_dir"]["path"]
+
+
+def test_a_script_that_set_its_own_threads_keeps_them(tmp_path, fresh_state, torch_threads, monkeypatch):
+    monkeypatch.setenv("SCALESCOPE_THREADS", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # torch started with 2: the script chose 1 itself
+    torch.set_num_threads(1)
+    run = ssi.init(run_dir=tmp_path / "r", framework="none", sample_interval_s=0)
+    assert torch.get_num_threads() == 1
+    m = _manifest(run)
+    assert m["ranks"][0]["threads"]["torch_intra_op"] == 1 and m["threads_per_rank"] == 1
 
 
 def test_a_bad_thread_request_changes_nothing(tmp_path, fresh_state, torch_threads, monkeypatch):
