@@ -100,7 +100,7 @@ def _scaling(ctx: _Context) -> tuple[pd.DataFrame, str]:
         by = (*_axes(ctx), "config_backend", "batch_size")
         if (pr["framework"] == "none").any():
             try:
-                return M.scaling_table(pr, baseline="none", by=by), "the one-process run without a framework"
+                return M.scaling_table(pr, baseline="none", by=by), _baseline_text(ctx)
             except ScalescopeError:
                 pass
         return M.scaling_table(pr, baseline="min", by=by), "each configuration's run with the fewest ranks"
@@ -123,6 +123,26 @@ def _multi(values: pd.Series, n: int, what: str) -> None:
         raise Skip(f"needs {what}; this experiment has {sorted(values.dropna().unique().tolist())}")
 
 
+def _baseline_text(ctx: _Context) -> str:
+    """What the baseline runs were, from ``run.json`` ``baseline_kind``: a true no-framework
+    run, or the framework at one process (a script that cannot run without it)."""
+    runs = _runs(ctx)
+    kinds = set(runs.loc[runs["framework"] == "none", "baseline_kind"].dropna()) if "baseline_kind" in runs else set()
+    if "framework_one_process" in kinds:
+        return ("the one-process run, which initialised its framework at one process (the script does not honour "
+                "SCALESCOPE_FRAMEWORK=none): framework overhead at one rank is not separated from compute"
+                + (" in some of them" if len(kinds) > 1 else ""))
+    return "the one-process run without a framework"
+
+
+def _thread_notes(ctx: _Context) -> list[str]:
+    """The thread-setting mismatches of the runs compared here (:func:`analysis.runset.thread_mismatches`)."""
+    from analysis.runset import thread_mismatches
+
+    runs = _runs(ctx)
+    return [f"Warning: {w}." for w in thread_mismatches(runs)] if "threads_per_rank" in runs else []
+
+
 # ---------------------------------------------------------------- studies
 
 def _summary(ctx: _Context) -> Section:
@@ -141,6 +161,7 @@ def _summary(ctx: _Context) -> Section:
     except Skip as exc:
         sec.notes.append(f"Sync and data shares are missing: {exc}")
     sec.tables.append(("summary", t, f"Baseline: {base}."))
+    sec.notes.extend(_thread_notes(ctx))
     return sec
 
 
@@ -148,7 +169,7 @@ def _loss(ctx: _Context) -> tuple[pd.DataFrame, str]:
     def make():
         ev, runs = ctx.need_events(), _runs(ctx)
         try:
-            return M.scaling_loss(ev, runs), "the one-process run without a framework"
+            return M.scaling_loss(ev, runs), _baseline_text(ctx)
         except ScalescopeError as exc:
             if "no baseline runs" not in str(exc):
                 raise Skip(str(exc)) from None
@@ -170,6 +191,7 @@ def _study_why(ctx: _Context) -> Section:
                   "intervals are bootstrap 95 % intervals over repeats.")
     loss, base = _loss(ctx)
     sec.notes.append(f"Ideal: {base}.")
+    sec.notes.extend(_thread_notes(ctx))
     sec.notes.extend(M.explain_loss(loss))
     multi = loss[loss["n_ranks"] > 1]
     if multi.empty:
@@ -242,6 +264,7 @@ def _study_scaling(ctx: _Context) -> Section:
                   "of speedup per added rank with its 95 % confidence interval.")
     table, base = _scaling(ctx)
     sec.notes.append(f"Baseline: {base}.")
+    sec.notes.extend(_thread_notes(ctx))
     pr = ctx.per_run
     fw = pr[pr["framework"] != "none"]
     _multi(fw["n_ranks"], 2, "runs at two or more rank counts")
@@ -272,6 +295,7 @@ def _study_overhead(ctx: _Context) -> Section:
     t = t[t["baseline_epoch_time_s"].notna()]
     if t.empty:
         raise Skip("no one-rank framework run has a baseline with the same batch size")
+    sec.notes.append(f"Baseline: {_baseline_text(ctx)}.")
     sec.figures.append(("overhead", P.plot_overhead(t)))
     sec.tables.append(("overhead", t, "overhead = T(framework, 1 rank) / T(baseline) - 1."))
     return sec
@@ -708,6 +732,10 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
         rs = RunSet.from_dirs(dirs)
         for run_id, text in rs.runs[["run_id", "comm_warnings"]].dropna().itertuples(index=False):
             warnings.warn(f"{run_id}: {text}", UserWarning, stacklevel=1)  # NCCL WARN lines, sockets despite IB
+        for run_id, first in rs.runs[["run_id", "resumed_from_epoch"]].dropna().itertuples(index=False):
+            warnings.warn(f"{run_id}: its first epoch is labelled {first}, not 0: it may have resumed from state it "
+                          "did not create (a checkpoint in its working directory; see `scalescope sweep --cwd`), "
+                          "or it counts epochs from 1", UserWarning, stacklevel=1)
         events, events_error = None, None
         try:
             events = rs.events
@@ -766,7 +794,8 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
             "figures": figs,
             "tables": [{"name": n, "caption": c, "html": _table_html(df)} for n, df, c in sec.tables],
         })
-    runs_cols = ["run_id", "status", "config_backend", "n_ranks", "n_nodes", "batch_size", "repeat", "wall_s"]
+    runs_cols = ["run_id", "status", "config_backend", "n_ranks", "n_nodes", "batch_size", "repeat", "wall_s",
+                 "threads_per_rank", "resumed_from_epoch"]
     context = {
         "title": f"scalescope report: {', '.join(Path(d).name for d in dirs)}",
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

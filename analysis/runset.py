@@ -30,7 +30,7 @@ from analysis.errors import ReadError, RecoveryWarning, ScalescopeError
 from analysis.rundir import EPOCH_COLUMNS, FORMAT_VERSION, read_epochs
 
 __all__ = ["DAMAGE_COLUMNS", "EPOCH_COLUMNS", "FORMAT_VERSION", "RUN_COLUMNS", "RunSet", "read_epochs",
-           "read_rank_devices"]
+           "read_rank_devices", "thread_mismatches"]
 #: Status of a run whose data is used by default.
 OK_STATUS = "ok"
 
@@ -76,6 +76,11 @@ RUN_COLUMNS: dict[str, str] = {
     "wall_s": "float64",
     "comm_path": "object",
     "comm_warnings": "object",
+    "threads_per_rank": "Int64",
+    "host_cpus": "Int64",
+    "threads_mixed": "boolean",
+    "resumed_from_epoch": "Int64",
+    "baseline_kind": "object",
 }
 
 #: The damaged or missing parts of an experiment (:attr:`RunSet.damaged`): ``run_id`` (None
@@ -265,10 +270,57 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         "end_time": m.get("end_time"),
         "wall_s": entry.get("wall_s"),
         **_comm(run_dir, manifest),
+        **_threads(m),
+        "resumed_from_epoch": m.get("resumed_from_epoch"),
+        "baseline_kind": m.get("baseline_kind"),
     }
     for key, value in (config.get("vary") or {}).items():
         row[f"vary_{key}"] = value
     return row
+
+
+def _threads(m: dict) -> dict:
+    """``threads_per_rank`` (the largest torch intra-op thread count over the ranks of
+    ``run.json`` ``ranks[i].threads``, else the manifest's ``threads_per_rank``), ``host_cpus``
+    and ``threads_mixed`` (the ranks ran with different intra-op thread counts)."""
+    per_rank = [r.get("threads") for r in m.get("ranks") or [] if isinstance(r, dict)]
+    per_rank = [t for t in per_rank if isinstance(t, dict)]
+    intra = [t.get("torch_intra_op") for t in per_rank if isinstance(t.get("torch_intra_op"), int)]
+    cpus = [t.get("host_cpus") for t in per_rank if isinstance(t.get("host_cpus"), int)]
+    return {"threads_per_rank": max(intra) if intra else m.get("threads_per_rank"),
+            "host_cpus": max(cpus) if cpus else None,
+            "threads_mixed": len(set(intra)) > 1 if intra else None}
+
+
+def thread_mismatches(runs: pd.DataFrame, by: tuple[str, ...] = ("experiment", "batch_size")) -> list[str]:
+    """Warnings for the comparisons (runs sharing ``by``: a baseline and the backends at every
+    rank count) whose runs ran with different thread settings, and for runs whose ranks
+    disagree (``threads_mixed``).
+
+    A comparison is consistent when every run had the same threads per rank, or when every
+    run had the cores per rank (``host_cpus // ranks per node``, at least 1: what
+    ``scalescope sweep`` sets by default). Runs without a thread count are left out.
+    """
+    out = []
+    for r in runs[runs["threads_mixed"].fillna(False).astype(bool)].itertuples():
+        out.append(f"{r.run_id}: its ranks ran with different torch thread counts (run.json ranks[i].threads)")
+    known = runs[runs["threads_per_rank"].notna()]
+    if known.empty:
+        return out
+    cols = [c for c in by if c in known.columns]
+    groups = known.groupby(cols, dropna=False, sort=True) if cols else [((), known)]
+    for key, g in groups:
+        threads = g["threads_per_rank"].astype(int)
+        per_node = np.ceil(g["n_ranks"].fillna(1).astype(float) / g["n_nodes"].fillna(1).astype(float).clip(lower=1))
+        cores = (g["host_cpus"].astype(float) // per_node.clip(lower=1)).clip(lower=1)
+        if threads.nunique() <= 1 or (g["host_cpus"].notna().all() and (threads == cores).all()):
+            continue
+        what = ", ".join(f"{r.run_id}: {int(r.threads_per_rank)}" for r in g.sort_values("run_id").itertuples())
+        where = ", ".join(f"{c}={v}" for c, v in zip(cols, key if isinstance(key, tuple) else (key,), strict=False))
+        out.append(f"runs compared with each other ({where or 'all runs'}) ran with different threads per rank "
+                   f"({what}), so their times differ by more than the rank count (`scalescope sweep` sets the "
+                   "cores per rank by default, or --threads N)")
+    return out
 
 
 def _comm(run_dir: Path | None, manifest: dict | None) -> dict:
@@ -458,7 +510,11 @@ class RunSet:
         (GPUs NVML listed there), ``labels`` and one ``label_<key>`` column per other label;
         ``requested_backend`` (the sweep's label) beside ``config_backend`` (what ran: a
         Horovod run with NCCL tensor operations is ``horovod-nccl``), ``horovod_tensor_op``,
-        ``scaling`` (``strong``/``weak``), ``data_scale`` and ``time_budget_s``.
+        ``scaling`` (``strong``/``weak``), ``data_scale`` and ``time_budget_s``. Threads:
+        ``threads_per_rank`` (the largest torch intra-op count of the ranks, else the
+        manifest's), ``host_cpus``, ``threads_mixed`` (the ranks disagree; see
+        :func:`thread_mismatches`); ``resumed_from_epoch`` (the first epoch label when not 0)
+        and ``baseline_kind`` (``no_framework`` / ``framework_one_process`` for baselines).
     """
 
     def __init__(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import math
 import os
 import sys
@@ -183,6 +184,16 @@ def _env_int(name: str, default: int) -> int:
         sys.exit(f"strain_stress: error: {name}={value!r} is not an integer")
 
 
+def _sweep_threads() -> int:
+    """``scalescope sweep --threads N``'s N (``$SCALESCOPE_CONFIG`` ``threads``), else 1: this
+    example keeps one core per rank unless the sweep was asked for a number."""
+    try:
+        threads = json.loads(os.environ.get("SCALESCOPE_CONFIG") or "{}").get("threads")
+    except (ValueError, AttributeError):
+        return 1
+    return threads if isinstance(threads, int) and threads > 0 else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options; backend and batch-size defaults come from the sweep's env."""
     p = argparse.ArgumentParser(
@@ -224,9 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path,
                    default=Path(os.environ.get("SCALESCOPE_DATA_DIR", "") or Path.home() / ".cache" / "scalescope" / "data"),
                    help="where the generated data set is cached (default ~/.cache/scalescope/data)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads per rank (default 1: on CPU each rank is one core, the "
-                        "analogue of one GPU per rank; 0: cores / ranks on this node)")
+    p.add_argument("--threads", type=int, default=_sweep_threads(),
+                   help="torch CPU threads per rank (default 1: on CPU each rank is one core, the analogue "
+                        "of one GPU per rank, also under `scalescope sweep` unless it was given --threads N, "
+                        "which is then the default; 0: cores / ranks on this node)")
     p.add_argument("--no-instrument", action="store_true",
                    help="do not import or call scalescope's instrumentation (overhead baseline)")
     p.add_argument("--inject", action="append", default=[], metavar="PHASE:MS[@RANKS]",

@@ -88,6 +88,7 @@ class TimedLoader:
                 p.exit()
                 raise
             p.exit()
+            _ph.note_batch(item, source="loader")  # the step's samples (epoch_end without samples=)
             yield item
 
     def __len__(self) -> int:
@@ -133,7 +134,8 @@ class _ModelHooks:
     """Forward/backward phase hooks on one module."""
 
     def __init__(self, model: Any):
-        self.stack: list[_ph.Phase] = []
+        # (the forward phase, None), or for an evaluation forward (NVTX range pushed, start ns)
+        self.stack: list[tuple[_ph.Phase | bool, int | None]] = []
         self.backward_open: _ph.Phase | None = None
         self.handles = [
             model.register_forward_pre_hook(self.pre_forward),
@@ -142,16 +144,33 @@ class _ModelHooks:
 
     def pre_forward(self, module: Any, args: Any) -> None:
         try:
+            torch = sys.modules.get("torch")
+            training = torch is None or torch.is_grad_enabled()
+            if not training and _ph.may_open_step():
+                # a forward without gradients outside a step is an evaluation: like a forward
+                # inside phase("eval") it carries no step and opens none (timed here, so no
+                # step state is touched even if the forward raises)
+                self.stack.append((_ph.nvtx_push("forward"), _ph.now()))
+                return
             p = _ph.Phase("forward")
             p.enter()
-            self.stack.append(p)
+            self.stack.append((p, None))
+            if training:  # a training forward: count its samples
+                _ph.note_batch(args, source="forward")
         except Exception as exc:
             warn_once("hook-forward", f"forward hook failed: {exc!r}")
 
     def post_forward(self, module: Any, args: Any, out: Any) -> None:
         try:
             if self.stack:
-                self.stack.pop().exit()
+                p, t0 = self.stack.pop()
+                if t0 is None:
+                    p.exit()
+                else:  # an evaluation forward: p says whether an NVTX range was pushed
+                    t1 = _ph.now()
+                    if p:
+                        _ph.nvtx_pop()
+                    _ph.record("phase", "forward", t0, t1, step=None, epoch=_ph.current_epoch())
             torch = sys.modules.get("torch")
             if torch is None or not torch.is_grad_enabled() or not _ph.recording():
                 return
@@ -245,6 +264,7 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
     try:
         if model is not None:
             model._scalescope_hooks = _ModelHooks(model)
+            _note_model(model)
             if comm_hook and _is_ddp(model):
                 ddp_comm_hook(model)
         if optimizer is not None:
@@ -256,6 +276,31 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
     except Exception as exc:
         warn_once("instrument", f"automatic instrumentation failed: {exc!r}")
     return wrap_loader(loader) if loader is not None else None
+
+
+def _note_model(model: Any) -> None:
+    """``n_params`` (every parameter) and ``grad_bytes`` (the bytes of the gradients a
+    data-parallel step reduces: parameters that require a gradient) of ``model`` into
+    ``run.json`` (rank 0; a value the script gave in ``init(config=...)`` is kept)."""
+    from instrumentation import run as _run
+
+    try:
+        params = list(model.parameters())
+        n_params = sum(int(p.numel()) for p in params)
+        grad = sum(int(p.numel()) * int(p.element_size()) for p in params if p.requires_grad)
+        _run.note_manifest({"n_params": n_params}, write=True)
+        _run.note_manifest({"grad_bytes": grad, "grad_bytes_source": "model"}, write=True)
+    except Exception as exc:
+        warn_once("note-model", f"cannot count the model's parameters: {exc!r}")
+
+
+def _note_grad_bytes(nbytes: int, source: str, tensors: int) -> None:
+    """The bytes the gradient collectives of one step carried, as a hook saw them (overrides
+    the model's count: what was really reduced); written with the next manifest update."""
+    from instrumentation import run as _run
+
+    _run.note_manifest({"grad_bytes": int(nbytes), "grad_bytes_source": source, "grad_tensors": int(tensors)},
+                       write=False, override=True)
 
 
 # -- DDP comm hook ------------------------------------------------------------------------------
@@ -279,6 +324,8 @@ class _DdpWait:
     step: int | None = None
     epoch: int | None = None
     pushed_on: int | None = None
+    step_bytes = 0  # bytes of the buckets of the first step (run.json grad_bytes)
+    bytes_noted = False
 
     @classmethod
     def launched(cls, entry: list, now: int) -> None:
@@ -354,7 +401,12 @@ def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
             _ph.name_track(tid, f"allreduce bucket {idx}")
         args = {"bucket": idx, "bytes": int(buf.numel() * buf.element_size()), "last": last}
         _DdpWait.launched([fut, t0, tid, _ph.current_step(), _ph.current_epoch(), args], t0)
+        if not _DdpWait.bytes_noted:
+            _DdpWait.step_bytes += args["bytes"]
         if last:
+            if not _DdpWait.bytes_noted:
+                _DdpWait.bytes_noted = True
+                _note_grad_bytes(_DdpWait.step_bytes, "ddp_hook", _DdpWait.n_buckets)
             _DdpWait.last_bucket_ready(t0)
     except Exception as exc:
         warn_once("ddp-hook", f"DDP comm hook bookkeeping failed: {exc!r}")
@@ -375,6 +427,18 @@ def ddp_comm_hook(ddp_model: Any, process_group: Any = None) -> bool:
         return False
 
 
+def _grad_nbytes(obj: Any) -> int:
+    """Bytes of the gradient Horovod's hook submits: ``p.grad`` of a parameter (or a list of
+    them for the grouped call)."""
+    try:
+        if isinstance(obj, (list, tuple)):
+            return sum(_grad_nbytes(o) for o in obj)
+        g = getattr(obj, "grad", None)
+        return 0 if g is None else int(g.numel()) * int(g.element_size())
+    except Exception:
+        return 0
+
+
 # -- Horovod ------------------------------------------------------------------------------------
 def horovod_comm_hook(optimizer: Any) -> bool:
     """Record the time Horovod's gradient allreduces are in flight in each step.
@@ -387,7 +451,7 @@ def horovod_comm_hook(optimizer: Any) -> bool:
     try:
         if getattr(optimizer, "_scalescope_hvd_hook", False):
             return True
-        state = {"t0": None, "n": 0, "step": None, "epoch": None}
+        state = {"t0": None, "n": 0, "step": None, "epoch": None, "bytes": 0, "noted": False}
 
         def wrap_submit(attr: str) -> None:
             orig = getattr(optimizer, attr, None)
@@ -399,6 +463,8 @@ def horovod_comm_hook(optimizer: Any) -> bool:
                     state["t0"] = _ph.now()
                     state["step"], state["epoch"] = _ph.current_step(), _ph.current_epoch()
                 state["n"] += 1
+                if not state["noted"]:
+                    state["bytes"] += _grad_nbytes(args[0] if args else None)
                 return orig(*args, **kwargs)
 
             setattr(optimizer, attr, submit)
@@ -413,6 +479,9 @@ def horovod_comm_hook(optimizer: Any) -> bool:
             if t0 is not None:
                 t1 = _ph.now()
                 n, state["n"] = state["n"], 0
+                if not state["noted"]:
+                    state["noted"] = True
+                    _note_grad_bytes(state["bytes"], "horovod_hook", n)
                 try:
                     if not getattr(optimizer, "_scalescope_hvd_named", False):
                         optimizer._scalescope_hvd_named = True

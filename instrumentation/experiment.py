@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from instrumentation import commpath
+from instrumentation import threads as _threads
 from instrumentation.manifest import slurm_env, write_json_atomic
 from instrumentation.recorder import closed_status, trace_path
 
@@ -41,9 +42,11 @@ __all__ = [
     "RankWrapper",
     "RunSpec",
     "classify_exit",
+    "cores_per_rank",
     "experiment_lock",
     "finalize_run",
     "find_tool",
+    "free_port",
     "load_experiment",
     "log_tail",
     "now",
@@ -54,6 +57,8 @@ __all__ = [
     "set_aside",
     "summary",
     "update_entries",
+    "with_user_path",
+    "workdir",
 ]
 
 #: Backend label -> (framework, Horovod controller / DDP process-group backend).
@@ -71,6 +76,10 @@ BACKENDS: dict[str, tuple[str, str]] = {
 EXPERIMENT_FORMAT = "scalescope.experiment"
 RUN_FORMAT = "scalescope.run"
 FORMAT_VERSION = 1
+#: ``--cwd``: ``run`` (each run in ``<run_dir>/work``, the default) or ``shared`` (the sweep's directory).
+CWD_MODES = ("run", "shared")
+#: The working directory of a run inside its run directory (``--cwd run``).
+WORKDIR = "work"
 #: Lines of a failed run's log kept in experiment.json.
 LOG_TAIL_LINES = 20
 #: Statuses of a run that has ended (the others: ``pending``, ``queued``, ``running``).
@@ -107,6 +116,10 @@ class RunSpec:
     vary: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     scaling: str = "strong"
+    #: ``--threads N`` (threads per rank); ``None``: cores per rank (:func:`cores_per_rank`)
+    threads: int | None = None
+    #: ``run``: the process runs in ``<run_dir>/work`` (its own); ``shared``: in the sweep's directory
+    cwd: str = "run"
 
     @property
     def framework(self) -> str:
@@ -129,7 +142,8 @@ class RunSpec:
 
     def config(self, *, experiment: str) -> dict:
         """The configuration recorded in the manifests and passed as ``SCALESCOPE_CONFIG``
-        (``labels`` and ``scaling``/``data_scale`` only when the sweep set them)."""
+        (``labels`` and ``scaling``/``data_scale`` only when the sweep set them; ``threads`` is
+        the request, ``"auto"`` for cores per rank, ``cwd`` the working-directory mode)."""
         cfg = {
             "backend": self.backend,
             "framework": self.framework,
@@ -138,6 +152,8 @@ class RunSpec:
             "repeat": self.repeat,
             "vary": {k: _typed(v) for k, v in self.vary},
             "experiment": experiment,
+            "threads": "auto" if self.threads is None else self.threads,
+            "cwd": self.cwd,
         }
         if self.labels:
             cfg["labels"] = dict(self.labels)
@@ -161,10 +177,12 @@ class RunSpec:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}")
         bs = cfg.get("batch_size")
+        threads = cfg.get("threads")
         return cls(backend, int(cfg["np"]), None if bs is None else int(bs), int(cfg["repeat"]),
                    tuple((str(k), str(v)) for k, v in (cfg.get("vary") or {}).items()),
                    tuple((str(k), str(v)) for k, v in (cfg.get("labels") or {}).items()),
-                   str(cfg.get("scaling") or "strong"))
+                   str(cfg.get("scaling") or "strong"),
+                   None if threads in (None, "auto") else int(threads), str(cfg.get("cwd") or "run"))
 
 
 def _slug(value: str) -> str:
@@ -190,6 +208,8 @@ def plan_runs(
     vary: Sequence[tuple[str, Sequence[str]]] = (),
     labels: Sequence[tuple[str, str]] = (),
     scaling: str = "strong",
+    threads: int | None = None,
+    cwd: str = "run",
 ) -> list[RunSpec]:
     """Every run of a sweep, in launch order.
 
@@ -197,11 +217,15 @@ def plan_runs(
     configurations); within a repeat, for each batch size and ``vary`` combination, the
     baseline (one process, no framework) comes first, then each backend at each rank count.
     ``labels`` go into every run's configuration; ``scaling="weak"`` grows the dataset with
-    the rank count.
+    the rank count. ``threads`` (``--threads``) and ``cwd`` (``--cwd``) go into every run.
     """
     if scaling not in ("strong", "weak"):
         raise ValueError(f"--scaling must be strong or weak, not {scaling!r}")
-    extra = {"labels": tuple(labels), "scaling": scaling}
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"--threads must be a positive integer, not {threads!r}")
+    if cwd not in CWD_MODES:
+        raise ValueError(f"--cwd must be one of {', '.join(CWD_MODES)}, not {cwd!r}")
+    extra = {"labels": tuple(labels), "scaling": scaling, "threads": threads, "cwd": cwd}
     unknown = [b for b in backends if b not in BACKENDS or b == "baseline"]
     if unknown:
         raise ValueError(f"unknown backend {unknown[0]!r}; choose from {', '.join(list(BACKENDS)[:-1])}")
@@ -255,10 +279,15 @@ def _check_unique(plan: Sequence[RunSpec]) -> None:
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
-def resolve_script(script: Sequence[str], *, python: str | None = None) -> list[str]:
+def resolve_script(script: Sequence[str], *, python: str | None = None,
+                   user_cwd: str | os.PathLike[str] | None = None) -> list[str]:
     """The script command with ``python`` replaced by this interpreter (so the venv is used).
 
-    A command starting with a ``.py`` file gets the interpreter prepended.
+    A command starting with a ``.py`` file gets the interpreter prepended. With ``user_cwd``
+    (the directory the sweep was started in), every argument that names an existing file or
+    directory relative to it (also the value of ``--opt=path``) is made absolute, so the
+    script and its inputs resolve as typed although the run executes in a working directory
+    of its own; the module of ``-m`` and the code of ``-c`` are left alone.
     """
     if not script:
         raise ValueError("no training command given (put it after `--`)")
@@ -268,7 +297,72 @@ def resolve_script(script: Sequence[str], *, python: str | None = None) -> list[
         cmd[0] = python
     elif cmd[0].endswith(".py"):
         cmd.insert(0, python)
+    if user_cwd is not None:
+        cmd = _absolute_paths(cmd, Path(user_cwd))
     return cmd
+
+
+def _absolute_paths(cmd: list[str], user_cwd: Path) -> list[str]:
+    def absolute(arg: str) -> str:
+        if not arg or arg.startswith("-") or os.path.isabs(arg):
+            return arg
+        path = user_cwd / arg
+        return str(path.absolute()) if path.exists() else arg
+
+    out = [cmd[0] if os.path.isabs(cmd[0]) or "/" not in cmd[0] else absolute(cmd[0])]
+    keep_next = False
+    for arg in cmd[1:]:
+        if keep_next:
+            out.append(arg)
+            keep_next = False
+        elif arg in ("-m", "-c"):
+            out.append(arg)
+            keep_next = True
+        elif arg.startswith("--") and "=" in arg:
+            name, _, value = arg.partition("=")
+            out.append(f"{name}={absolute(value)}")
+        else:
+            out.append(absolute(arg))
+    return out
+
+
+def with_user_path(env: dict[str, str], cmd: Sequence[str], user_cwd: str | os.PathLike[str]) -> dict[str, str]:
+    """``env`` with the sweep's directory first on ``PYTHONPATH`` when ``cmd`` runs a module
+    (``python -m pkg.train``): Python would find it in the current directory, which is now the
+    run's own."""
+    if "-m" in list(cmd)[1:3]:
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(Path(user_cwd).absolute()) + (os.pathsep + old if old else "")
+    return env
+
+
+def cores_per_rank(ranks_per_host: int, *, cpus: int | None = None) -> int:
+    """``floor(cpus available / ranks per host)``, at least 1: the default threads per rank.
+
+    ``cpus`` defaults to the CPUs this process may run on (``os.sched_getaffinity``)."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    return max(1, int(cpus) // max(1, int(ranks_per_host)))
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (for the baseline's ``MASTER_PORT``)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def workdir(spec: RunSpec, run_dir: Path, *, user_cwd: str | os.PathLike[str] | None = None) -> Path:
+    """Where the run's processes execute: ``<run_dir>/work`` (``--cwd run``) or the sweep's
+    directory (``--cwd shared``)."""
+    if spec.cwd == "shared":
+        return Path(user_cwd or Path.cwd()).absolute()
+    return Path(run_dir).absolute() / WORKDIR
 
 
 def find_tool(name: str, *, python: str | None = None) -> str:
@@ -314,20 +408,40 @@ def run_env(
     base: dict[str, str] | None = None,
     mark_cycles: bool = False,
     nccl_debug: bool = True,
+    threads: int | None = None,
+    user_cwd: str | os.PathLike[str] | None = None,
+    master_port: int | None = None,
 ) -> dict[str, str]:
     """The environment of a run: ``base`` (default ``os.environ``) plus the SCALESCOPE_* contract.
 
-    Sets ``OMPI_ALLOW_RUN_AS_ROOT*`` only for MPI launches and only when running as root.
+    Threads: ``OMP_NUM_THREADS`` and ``SCALESCOPE_THREADS`` (torch's intra-op threads, set by
+    ``instrumentation.init``) are ``threads``, else ``spec.threads`` (``--threads``), else the
+    cores per rank of this host (:func:`cores_per_rank`). ``SCALESCOPE_USER_CWD`` is the
+    sweep's directory (``user_cwd``, default the current one). The baseline gets what a
+    one-process launch would give (``RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1
+    MASTER_ADDR=127.0.0.1``, ``MASTER_PORT=master_port`` when given), so a torchrun-style
+    script runs unchanged. Sets ``OMPI_ALLOW_RUN_AS_ROOT*`` only for MPI launches and only
+    when running as root.
     """
     env = dict(os.environ if base is None else base)
     run_dir = Path(run_dir).resolve()
+    n_threads = threads or spec.threads or cores_per_rank(spec.np)
     env.update({
         "SCALESCOPE_RUN_DIR": str(run_dir),
         "SCALESCOPE_RUN_ID": spec.run_id,
         "SCALESCOPE_FRAMEWORK": spec.framework,
         "SCALESCOPE_BACKEND": spec.controller,
         "SCALESCOPE_CONFIG": json.dumps(spec.config(experiment=experiment), sort_keys=True),
+        "SCALESCOPE_THREADS": str(n_threads),
+        "OMP_NUM_THREADS": str(n_threads),
+        "SCALESCOPE_USER_CWD": str(Path(user_cwd or Path.cwd()).absolute()),
+        "SCALESCOPE_CWD": spec.cwd,
     })
+    if spec.framework == "none":  # a one-process launch, as torchrun --nproc-per-node 1 would set it
+        env.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                    "MASTER_ADDR": "127.0.0.1"})
+        if master_port is not None:
+            env["MASTER_PORT"] = str(master_port)
     if spec.batch_size is not None:
         env["SCALESCOPE_BATCH_SIZE"] = str(spec.batch_size)
     else:
@@ -452,6 +566,7 @@ def finalize_run(
                          "destroy_process_group; see docs/instrumentation.md)")
     manifest["status"] = status
     manifest["exit_code"] = exit_code
+    _threads.merge_rank_files(run_dir, manifest)  # ranks whose script changed their threads after init
     if exit_note:
         manifest["exit_note"] = exit_note
     if manifest.get("config") is None:

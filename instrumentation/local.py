@@ -26,12 +26,15 @@ from instrumentation.experiment import (
     RunSpec,
     finalize_run,
     find_tool,
+    free_port,
     now,
     rank_command,
     resolve_script,
     run_env,
     set_aside,
     summary,
+    with_user_path,
+    workdir,
 )
 from instrumentation.progress import Progress
 
@@ -80,12 +83,15 @@ def check_tools(plan: Sequence[RunSpec]) -> None:
 
 def dry_run(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, opts: LocalOptions) -> None:
     """Print each run's environment contract and launch command; run and write nothing."""
-    resolved = resolve_script(script)
+    resolved = resolve_script(script, user_cwd=Path.cwd())
     extra = "".join(f"{k}={v} " for k, v in opts.extra_env.items())
     for spec in plan:
-        cmd = launch_command(spec, rank_command(spec, resolved, Path(out) / spec.run_id, wrappers=opts.wrappers))
-        print(f"{spec.run_id}: SCALESCOPE_FRAMEWORK={spec.framework} "
-              f"SCALESCOPE_BACKEND={spec.controller} {extra}{shlex.join(cmd)}")
+        run_dir = Path(out) / spec.run_id
+        cmd = launch_command(spec, rank_command(spec, resolved, run_dir, wrappers=opts.wrappers))
+        env = run_env(spec, run_dir, experiment=Path(out).name, base={})
+        print(f"{spec.run_id}: (cd {shlex.quote(str(workdir(spec, run_dir)))}) SCALESCOPE_FRAMEWORK={spec.framework} "
+              f"SCALESCOPE_BACKEND={spec.controller} OMP_NUM_THREADS={env['OMP_NUM_THREADS']} "
+              f"{extra}{shlex.join(cmd)}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -108,7 +114,7 @@ def run_local(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, comm
     progress = Progress(len(todo))
     progress.print(f"scalescope sweep: {len(plan)} runs into {out}"
                    + (f" ({skipped} already ok, skipped)" if skipped else ""))
-    resolved = resolve_script(script)
+    resolved = resolve_script(script, user_cwd=Path.cwd())
     previous_term = _sigterm_as_interrupt()
     try:
         for spec in todo:
@@ -133,15 +139,19 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
     run_dir = exp.out / spec.run_id
     set_aside(run_dir, exp.out)
     cmd = launch_command(spec, rank_command(spec, resolved, run_dir, wrappers=opts.wrappers))
+    user_cwd = Path.cwd()
     env = {**run_env(spec, run_dir, experiment=exp.name, sample_interval=opts.sample_interval,
-                     mark_cycles=opts.mark_cycles, nccl_debug=opts.nccl_debug), **opts.extra_env}
+                     mark_cycles=opts.mark_cycles, nccl_debug=opts.nccl_debug, user_cwd=user_cwd,
+                     master_port=free_port() if spec.framework == "none" else None), **opts.extra_env}
+    env = with_user_path(env, cmd, user_cwd)
+    cwd = workdir(spec, run_dir, user_cwd=user_cwd)
     started = now()
     exp.set({**exp.entries[spec.run_id], "status": "running", "start_time": started, "command": cmd})
     progress.start(spec.run_id)
     t0 = time.monotonic()
     interrupted = False
     try:
-        code, override = execute(cmd, env=env, run_dir=run_dir, timeout_s=opts.timeout_s)
+        code, override = execute(cmd, env=env, run_dir=run_dir, timeout_s=opts.timeout_s, cwd=cwd)
     except _Interrupted as intr:
         code, override, interrupted = intr.exit_code, "killed", True
     except OSError as exc:  # the launcher itself could not start
@@ -157,7 +167,9 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
     if interrupted:
         progress.finish(spec.run_id, "killed", wall, counted=False)
         return False
-    progress.finish(spec.run_id, entry["status"] + ("" if code in (0, None) else f" (exit {code})"), wall)
+    # the ETA comes from runs that ran to the end: a failed run's seconds say nothing about the others
+    progress.finish(spec.run_id, entry["status"] + ("" if code in (0, None) else f" (exit {code})"), wall,
+                    counted=entry["status"] == "ok")
     if entry.get("exit_note"):
         progress.print(f"scalescope sweep: warning: {spec.run_id}: {entry['exit_note']}")
     return True
@@ -181,18 +193,22 @@ def _stop_group(proc: subprocess.Popen, *, grace_s: float = KILL_GRACE_S) -> Non
 
 
 def execute(
-    cmd: Sequence[str], *, env: dict[str, str], run_dir: Path, timeout_s: float | None = None
+    cmd: Sequence[str], *, env: dict[str, str], run_dir: Path, timeout_s: float | None = None,
+    cwd: Path | None = None,
 ) -> tuple[int | None, str | None]:
-    """Run ``cmd`` with stdout/stderr streamed to ``run_dir``'s logs.
+    """Run ``cmd`` with stdout/stderr streamed to ``run_dir``'s logs, in ``cwd`` (created;
+    default the current directory).
 
     Returns ``(exit_code, status_override)``: ``timeout`` after ``timeout_s``; on Ctrl-C the
     run is stopped, recorded as ``killed``, and KeyboardInterrupt propagates afterwards
     (the caller records it first). ``exit_code`` is negative when a signal ended the process.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cwd is not None:
+        Path(cwd).mkdir(parents=True, exist_ok=True)
     with open(run_dir / "stdout.log", "ab") as out, open(run_dir / "stderr.log", "ab") as err:
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+                                start_new_session=True, cwd=None if cwd is None else str(cwd))
         try:
             proc.wait(timeout=timeout_s)
             return proc.returncode, None

@@ -39,7 +39,8 @@ RESERVED_KEYS = frozenset({
     "format", "format_version", "run_id", "status", "exit_code", "start_time", "end_time",
     "world_size", "n_nodes", "ranks_per_host", "ranks", "framework", "backend", "horovod",
     "versions", "gpu", "command", "slurm", "sampler", "config", "tags", "clock", "profilers",
-    "nvtx", "horovod_timeline", "scalescope",
+    "nvtx", "horovod_timeline", "scalescope", "working_dir", "baseline_kind", "framework_initialised",
+    "resumed_from_epoch",
 })
 
 

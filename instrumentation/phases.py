@@ -31,8 +31,9 @@ from typing import Any, TypeVar
 from instrumentation._env import warn_once, warn_write_error
 
 __all__ = [
-    "PHASES", "Phase", "current_epoch", "current_step", "epoch_end", "epoch_start", "mark", "may_open_step",
-    "name_track", "now", "nvtx_pop", "nvtx_push", "phase", "record", "recording", "step_end",
+    "PHASES", "Phase", "close_implicit_epoch", "current_epoch", "current_step", "epoch_end", "epoch_start", "mark",
+    "may_open_step", "name_track", "note_batch", "now", "nvtx_pop", "nvtx_push", "phase", "record", "recording",
+    "step_end",
 ]
 
 #: The phase vocabulary (``docs/instrumentation.md``).
@@ -48,8 +49,10 @@ class _State:
     """Module-wide recording state (one per process)."""
 
     __slots__ = (
-        "epoch", "epoch_phase_ns", "epoch_t0", "epochs_path", "eval_depth", "nvtx",
-        "on_step", "rank", "rec", "step", "step_open", "step_t0", "user_epoch_seen",
+        "batch_size", "epoch", "epoch_phase_ns", "epoch_samples", "epoch_steps", "epoch_steps_sized",
+        "epoch_t0", "epochs_path", "eval_depth", "first_epoch", "last_step_end", "n_epoch_ends", "nvtx",
+        "on_epoch_end", "on_step", "rank", "rec", "step", "step_fwd_samples", "step_loader_samples",
+        "step_open", "step_t0", "user_epoch_seen",
     )
 
     def __init__(self) -> None:
@@ -70,6 +73,19 @@ class _State:
         self.user_epoch_seen = False
         # called after each step_end (the PyTorch profiler's step); returns False when done
         self.on_step = None
+        # called after each epoch_end with its line (the run: manifest updates, resume flag)
+        self.on_epoch_end = None
+        # samples seen in the open step (by the wrapped loader / the instrumented model's forward)
+        self.step_loader_samples = 0
+        self.step_fwd_samples = 0
+        # steps of the current epoch, those whose samples were seen, and their samples
+        self.epoch_steps = 0
+        self.epoch_steps_sized = 0
+        self.epoch_samples = 0
+        self.batch_size = None  # per rank, from init(config=) or $SCALESCOPE_BATCH_SIZE
+        self.first_epoch = None  # the first epoch label the script gave (epoch_start/epoch_end)
+        self.n_epoch_ends = 0
+        self.last_step_end = None
 
 
 S = _State()
@@ -279,6 +295,13 @@ def step_end() -> None:
     rec.add(("phase", "step", S.step_t0, t1, _tid(), S.step, S.epoch, None))
     S.step_open = False
     S.step += 1
+    S.last_step_end = t1
+    S.epoch_steps += 1
+    seen = S.step_loader_samples or S.step_fwd_samples
+    if seen:
+        S.epoch_steps_sized += 1
+        S.epoch_samples += seen
+    S.step_loader_samples = S.step_fwd_samples = 0
     hook = S.on_step
     if hook is not None:
         try:
@@ -294,11 +317,65 @@ def current_step() -> int | None:
     return S.step if S.step_open else None
 
 
+def _batch_len(obj: Any, depth: int = 0) -> int | None:
+    """The leading dimension of the first tensor-like (``.shape``) in a batch, searching
+    tuples, lists and dict values; ``None`` when there is none."""
+    if isinstance(obj, (tuple, list)) or (isinstance(obj, dict) and (obj := list(obj.values())) is not None):
+        if depth > 3:
+            return None
+        for item in obj[:8]:
+            n = _batch_len(item, depth + 1)
+            if n is not None:
+                return n
+        return None
+    try:
+        shape = obj.shape
+        return int(shape[0]) if len(shape) else None
+    except Exception:
+        return None
+
+
+def note_batch(batch: Any, *, source: str) -> None:
+    """Count the samples of ``batch`` in the open step: ``source`` is ``"loader"`` (an item
+    of the wrapped loader) or ``"forward"`` (the arguments of the instrumented model's
+    forward; used for the steps where the loader saw none). Never raises."""
+    if S.rec is None or not S.step_open or S.eval_depth:
+        return
+    try:
+        n = _batch_len(batch)
+        if n:
+            if source == "loader":
+                S.step_loader_samples += n
+            else:
+                S.step_fwd_samples += n
+    except Exception:
+        pass
+
+
+def _first_epoch(epoch: int) -> None:
+    if S.first_epoch is None:
+        S.first_epoch = epoch
+
+
+def _epoch_samples(given: object) -> tuple[object, str | None]:
+    """This epoch's samples and where they come from: ``given`` (``epoch_end(samples=)``),
+    ``counted`` (every step's batch was seen by the wrapped loader or the model's forward),
+    ``batch_size_x_steps`` (the configured per-rank batch size times the steps), or none."""
+    if given is not None:
+        return _num(given), "given"
+    if S.epoch_steps and S.epoch_steps_sized == S.epoch_steps:
+        return S.epoch_samples, "counted"
+    if S.epoch_steps and S.batch_size:
+        return int(S.batch_size) * S.epoch_steps, "batch_size_x_steps"
+    return None, None
+
+
 def epoch_start(epoch: int) -> None:
     """Declare the epoch number of the events that follow (optional; see module notes)."""
     if S.rec is None:
         return
     try:
+        _first_epoch(int(epoch))
         S.epoch = int(epoch)
         S.user_epoch_seen = True
         S.epoch_t0 = _now()
@@ -363,42 +440,78 @@ def epoch_end(
         return None
     try:
         step_end()
-        t1 = _now()
-        epoch = int(epoch)
-        if epoch != S.epoch and not S.user_epoch_seen:
-            warn_once(
-                "epoch-numbering",
-                f"epoch_end({epoch}) but events were labelled epoch {S.epoch}; call "
-                "epoch_start(epoch) at the start of each epoch to label them correctly",
-            )
-        t0 = S.epoch_t0 if S.epoch_t0 is not None else t1
-        if S.epoch_phase_ns is None:
-            rec.add(("phase", "epoch", t0, t1, _tid(), None, S.epoch, None))
-            dur_ns = t1 - t0
-        else:
-            dur_ns = S.epoch_phase_ns
-        peak, peak_kind = _peak_memory()
-        line = {
-            "rank": S.rank, "epoch": epoch, "epoch_time_s": dur_ns / 1e9,
-            "samples": _num(samples), "train_loss": _num(train_loss),
-            "val_loss": _num(val_loss), "val_metric": _num(val_metric),
-            "peak_mem_mib": peak, "peak_mem_kind": peak_kind, "wall_ns": time.time_ns(),
-        }
-        if S.epochs_path is not None:
-            try:
-                with open(S.epochs_path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(line) + "\n")
-            except OSError as exc:
-                warn_write_error(f"epochs-io:{S.epochs_path}",
-                                 f"cannot append epoch metrics to {S.epochs_path} "
-                                 f"({exc.strerror or exc}); training goes on", exc)
-        S.epoch = epoch + 1
-        S.epoch_t0 = None
-        S.epoch_phase_ns = None
-        S.user_epoch_seen = False
-        return line
+        return _close_epoch(int(epoch), samples=samples, train_loss=train_loss, val_loss=val_loss,
+                            val_metric=val_metric)
     except Exception as exc:
         warn_once("epoch_end", f"epoch_end failed: {exc!r}")
+        return None
+
+
+def _close_epoch(epoch: int, *, samples: object = None, train_loss: object = None, val_loss: object = None,
+                 val_metric: object = None, implicit: bool = False) -> dict:
+    rec = S.rec
+    t1 = S.last_step_end if implicit and S.last_step_end is not None else _now()
+    _first_epoch(epoch)
+    if epoch != S.epoch and not S.user_epoch_seen:
+        warn_once(
+            "epoch-numbering",
+            f"epoch_end({epoch}) but events were labelled epoch {S.epoch}; call "
+            "epoch_start(epoch) at the start of each epoch to label them correctly",
+        )
+    t0 = S.epoch_t0 if S.epoch_t0 is not None else t1
+    if S.epoch_phase_ns is None:
+        rec.add(("phase", "epoch", t0, t1, _tid(), None, S.epoch, None))
+        dur_ns = t1 - t0
+    else:
+        dur_ns = S.epoch_phase_ns
+    peak, peak_kind = _peak_memory()
+    n_samples, source = _epoch_samples(samples)
+    line = {
+        "rank": S.rank, "epoch": epoch, "epoch_time_s": dur_ns / 1e9,
+        "samples": n_samples, "train_loss": _num(train_loss),
+        "val_loss": _num(val_loss), "val_metric": _num(val_metric),
+        "peak_mem_mib": peak, "peak_mem_kind": peak_kind, "wall_ns": time.time_ns(),
+        "steps": S.epoch_steps, "samples_source": source,
+    }
+    if implicit:
+        line["implicit"] = True
+    if S.epochs_path is not None:
+        try:
+            with open(S.epochs_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
+        except OSError as exc:
+            warn_write_error(f"epochs-io:{S.epochs_path}",
+                             f"cannot append epoch metrics to {S.epochs_path} "
+                             f"({exc.strerror or exc}); training goes on", exc)
+    S.epoch = epoch + 1
+    S.epoch_t0 = None
+    S.epoch_phase_ns = None
+    S.user_epoch_seen = False
+    S.epoch_steps = S.epoch_steps_sized = S.epoch_samples = 0
+    S.n_epoch_ends += 1
+    hook = S.on_epoch_end
+    if hook is not None:
+        try:
+            hook(line)
+        except Exception as exc:
+            warn_once("on-epoch-end", f"epoch hook failed ({exc!r})")
+    return line
+
+
+def close_implicit_epoch() -> dict | None:
+    """At the end of a run: the steps after the last :func:`epoch_end` (all of them for a
+    script that never calls it, e.g. a benchmark timing iterations) become one more epoch,
+    from the first phase after that call to the end of the last step, with ``"implicit":
+    true`` in its line. ``None`` when there are no such steps. Never raises."""
+    if S.rec is None:
+        return None
+    try:
+        step_end()
+        if not S.epoch_steps:
+            return None
+        return _close_epoch(S.epoch, implicit=True)
+    except Exception as exc:
+        warn_once("implicit-epoch", f"closing the implicit epoch failed: {exc!r}")
         return None
 
 

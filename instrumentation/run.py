@@ -25,13 +25,14 @@ from instrumentation import horovod_timeline as _hvt
 from instrumentation import manifest as _mf
 from instrumentation import nvtx_ranges as _nvtx
 from instrumentation import phases as _ph
+from instrumentation import threads as _threads
 from instrumentation import torch_profiler as _tp
 from instrumentation._env import env_float, env_str, warn_once
 from instrumentation.clock import estimate_offsets, take_anchor
 from instrumentation.recorder import TraceRecorder, trace_path
 from instrumentation.sampler import Sampler, probe_nvml
 
-__all__ = ["Run", "current_run", "finish", "init", "sweep_config"]
+__all__ = ["Run", "current_run", "finish", "init", "note_manifest", "sweep_config"]
 
 
 class Run:
@@ -55,6 +56,8 @@ class Run:
         self.finished = False
         self.status: str | None = None
         self.owner_pid = os.getpid()
+        self.manifest_dirty = False
+        self.threads: dict | None = None  # this rank's threads as read at init
 
     @property
     def trace_path(self) -> Path | None:
@@ -70,6 +73,8 @@ class Run:
 
 _RUN: Run | None = None
 _lock = threading.RLock()
+#: ``run.json`` keys noted before rank 0's manifest existed (``instrument()`` before ``init()``)
+_pending: dict = {}
 _exc_status: str | None = None
 _prev_excepthook = None
 _prev_sigterm = None
@@ -78,6 +83,34 @@ _prev_sigterm = None
 def current_run() -> Run | None:
     """The :class:`Run` of this process, or ``None`` before :func:`init`."""
     return _RUN
+
+
+def note_manifest(values: dict, *, write: bool = True, override: bool = False) -> None:
+    """Add ``values`` to ``run.json`` (rank 0 only; other ranks' calls do nothing): keys whose
+    value is still ``null`` (every key with ``override``), then rewrite the file when
+    ``write`` (else it goes out with the next write: an epoch's end, ``finish``). Before
+    ``init`` they are kept and added at ``init``. Never raises."""
+    try:
+        run = _RUN
+        if run is None or run.finished:
+            for k, v in values.items():
+                if override or _pending.get(k) is None:
+                    _pending[k] = v
+            return
+        m = run.manifest
+        if m is None:
+            return
+        changed = False
+        for k, v in values.items():
+            if (override or m.get(k) is None) and m.get(k) != v:
+                m[k] = v
+                changed = True
+        if changed:
+            run.manifest_dirty = True
+            if write:
+                _write_manifest(run)
+    except Exception as exc:
+        warn_once("note-manifest", f"cannot note {sorted(values)} in run.json: {exc!r}")
 
 
 def sweep_config() -> dict:
@@ -300,10 +333,13 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
           horovod_timeline, flush_interval_s) -> None:
     start_time = _mf.iso_now()
     comm = _connect(run, framework)
+    _threads.apply_from_env()  # the sweep's threads per rank ($SCALESCOPE_THREADS) for torch's intra-op pool
     anchor = take_anchor()
     interval = env_float("SCALESCOPE_SAMPLE_INTERVAL", float(sample_interval_s))
     proposed = run_dir or env_str("SCALESCOPE_RUN_DIR") or _default_run_dir()
-    infos = comm.allgather(_identity(run, comm, anchor=anchor, proposed=proposed, interval=interval))
+    identity = _identity(run, comm, anchor=anchor, proposed=proposed, interval=interval)
+    run.threads = identity["threads"]
+    infos = comm.allgather(identity)
     clock = (estimate_offsets(comm.barrier, comm.allgather) if run.world_size > 1 else
              {"reference_rank": 0, "method": "single-process", "rounds": 0,
               "offsets_ns": {}, "spread_ns": {}})
@@ -331,6 +367,69 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
         )
         if run.torch_profiler is not None:
             run.manifest["profilers"] = {"torch_profiler": run.torch_profiler.info()}
+        try:
+            _describe_process(run.manifest, run.framework)
+        except Exception as exc:  # a deleted working directory, say: the rest of the manifest stands
+            warn_once("describe", f"cannot describe the process in run.json: {exc!r}")
+        for k, v in _pending.items():
+            if run.manifest.get(k) is None or k.startswith("grad_"):
+                run.manifest[k] = v
+        _pending.clear()
+        _write_manifest(run)
+    _ph.S.batch_size = _batch_size(config)
+    _ph.S.on_epoch_end = _on_epoch_end
+
+
+def _batch_size(config: dict | None) -> int | None:
+    """This rank's batch size: ``init(config=...)``'s, else ``$SCALESCOPE_BATCH_SIZE``."""
+    for value in ((config or {}).get("batch_size"), os.environ.get("SCALESCOPE_BATCH_SIZE")):
+        try:
+            if value is not None and int(value) > 0:
+                return int(value)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def _describe_process(m: dict, framework: str) -> None:
+    """What the manifest says beyond the framework's view: ``threads_per_rank`` (when the
+    script gave none: the largest torch intra-op thread count of the ranks, else
+    ``OMP_NUM_THREADS``), ``working_dir`` and, for a run without a framework, whether one was
+    initialised anyway (``baseline_kind``)."""
+    if m.get("threads_per_rank") is None:
+        m["threads_per_rank"], m["threads_per_rank_source"] = _threads.per_rank(m.get("ranks") or [])
+    else:
+        m["threads_per_rank_source"] = "script"
+    m["working_dir"] = {"mode": env_str("SCALESCOPE_CWD"), "path": os.getcwd(),
+                        "user_cwd": env_str("SCALESCOPE_USER_CWD")}
+    m["framework_initialised"] = m["baseline_kind"] = None
+    if framework == "none":
+        initialised = "horovod" if _horovod() is not None else "ddp" if _dist() is not None else None
+        m["framework_initialised"] = initialised
+        m["baseline_kind"] = "framework_one_process" if initialised else "no_framework"
+    for key in ("resumed_from_epoch", "grad_bytes", "grad_bytes_source", "grad_tensors"):
+        m.setdefault(key, None)
+
+
+def _on_epoch_end(line: dict) -> None:
+    """After each epoch (every rank): rank 0 flags a run whose first epoch label is not 0 (it
+    resumed from state it did not create: a checkpoint in its working directory) and writes
+    what was noted since the last write (gradient bytes)."""
+    run = _RUN
+    if run is None:
+        return
+    if _ph.S.n_epoch_ends == 1:
+        _threads_after_first_epoch(run)
+    if run.manifest is None:
+        return
+    first = _ph.S.first_epoch
+    if _ph.S.n_epoch_ends == 1 and first not in (None, 0) and run.manifest.get("resumed_from_epoch") is None:
+        run.manifest["resumed_from_epoch"] = first
+        run.manifest_dirty = True
+        warn_once("resumed", f"the first epoch is labelled {first}, not 0: this run may have resumed from state "
+                  "it did not create (a checkpoint in its working directory); run.json resumed_from_epoch says so")
+    if run.manifest_dirty:
+        run.manifest_dirty = False
         _write_manifest(run)
 
 
@@ -360,7 +459,7 @@ def _identity(run: Run, comm: _Comm, *, anchor, proposed, interval: float) -> di
         have_psutil = False
     return {
         "rank": run.rank, "local_rank": comm.local_rank(), "host": run.host,
-        "pid": os.getpid(), **_device_info(), "clock": anchor.as_dict(),
+        "pid": os.getpid(), **_device_info(), "clock": anchor.as_dict(), "threads": _threads.thread_info(),
         "_run_dir": str(Path(proposed).absolute()),
         "_nvml": [nvml_ok, nvml_reason, nvml_devices], "_psutil": have_psutil,
     }
@@ -517,6 +616,24 @@ def _write_manifest(run: Run) -> None:
         warn_once("manifest", f"cannot write run.json: {exc!r}")
 
 
+def _threads_after_first_epoch(run: Run) -> None:
+    """Every rank: when its threads differ after the first epoch from what it read at init (the
+    script set them after ``init``), it writes them to ``rank-NNNNN.threads.json``, which the
+    sweep launcher merges into ``run.json`` (rank 0 updates its own entry at once)."""
+    now = _threads.thread_info()
+    if run.threads is None or now == run.threads or run.run_dir is None:
+        return
+    run.threads = now
+    try:
+        _mf.write_json_atomic(_threads.threads_path(run.run_dir, run.rank), {"rank": run.rank, "threads": now})
+    except OSError as exc:
+        warn_once("threads-file", f"cannot record this rank's threads ({exc.strerror or exc}); training goes on")
+    m = run.manifest
+    if m is not None:
+        _threads.merge_into(m, {run.rank: now})
+        run.manifest_dirty = True
+
+
 # -- finish ---------------------------------------------------------------------------------------
 def finish(status: str = "ok") -> None:
     """Flush and close this rank's recording; rank 0 updates ``run.json``.
@@ -548,6 +665,7 @@ def _finish(run: Run, status: str) -> None:
     run.status = status
     S = _ph.S
     if status == "ok":
+        _ph.close_implicit_epoch()  # steps after the last epoch_end (all of them without epochs)
         _ph.step_end()
     if S.step_open and S.nvtx is not None:
         try:

@@ -49,7 +49,9 @@ from instrumentation.experiment import (
     resolve_script,
     run_env,
     update_entries,
+    with_user_path,
 )
+from instrumentation.experiment import workdir as run_workdir
 from instrumentation.slurm_jobs import ACTIVE_STATUSES, script_path
 
 __all__ = ["SlurmError", "SlurmLayout", "add_arguments", "check_options", "finalize_main", "layout",
@@ -166,8 +168,8 @@ def launch_lines(spec, rank_cmd: Sequence[str], lay: SlurmLayout, *, launcher: s
     mpirun = ["mpirun", "-np", str(n), "-npernode", str(lay.ntasks_per_node), "--bind-to", "none"]
     for name in forward:
         mpirun += ["-x", name]
-    if spec.framework == "none":
-        return [_q(rank_cmd)]
+    if spec.framework == "none":  # the baseline: RANK=0 WORLD_SIZE=1 ... come from run_env
+        return ["export MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000))", _q(rank_cmd)]
     if spec.framework == "horovod" and spec.controller == "gloo":
         hvd = find_tool("horovodrun", python=python)
         return [
@@ -195,12 +197,18 @@ def render_script(spec, *, script: Sequence[str], out: Path, experiment: str, ar
     lay = layout(spec.np, gpus_per_node=gpus,
                  cpus_per_node=args.cpus_per_node or DEFAULT_CPUS_PER_NODE)
     run_dir = Path(out) / spec.run_id
+    user_cwd = Path(workdir or Path.cwd()).absolute()
+    # threads per rank: --threads, else the CPUs SLURM gives each task
     env = run_env(spec, run_dir, experiment=experiment, base={},
                   mark_cycles=getattr(args, "timeline_cycles", False),
-                  nccl_debug=not getattr(args, "no_nccl_debug", False))
+                  nccl_debug=not getattr(args, "no_nccl_debug", False),
+                  threads=spec.threads or lay.cpus_per_task, user_cwd=user_cwd)
     for key in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
         env.pop(key, None)  # compute nodes do not run jobs as root
-    rank_cmd = rank_command(spec, resolve_script(script, python=python), run_dir, wrappers=wrappers)
+    resolved = resolve_script(script, python=python, user_cwd=user_cwd)
+    env = with_user_path(env, resolved, user_cwd)
+    rank_cmd = rank_command(spec, resolved, run_dir, wrappers=wrappers)
+    cwd = run_workdir(spec, run_dir, user_cwd=user_cwd)
     sb = [
         "#!/bin/bash",
         f"#SBATCH --job-name=ss-{spec.run_id}",
@@ -225,11 +233,12 @@ def render_script(spec, *, script: Sequence[str], out: Path, experiment: str, ar
         "set -uo pipefail",
         *[f"module load {shlex.quote(_checked('--module', m, _PRINTABLE))}" for m in args.module],
         *[f"export {k}={shlex.quote(v)}" for k, v in env.items()],
-        f"mkdir -p {shlex.quote(str(run_dir))}",
-        f"cd {shlex.quote(str(workdir or Path.cwd()))}",
+        f"mkdir -p {shlex.quote(str(run_dir))} {shlex.quote(str(cwd))}",
+        f"cd {shlex.quote(str(cwd))}",
         *launch_lines(spec, rank_cmd, lay, launcher=args.slurm_launcher, env_names=list(env), python=python,
                       cpu_bind=args.cpu_bind is not False),
         "rc=$?",
+        f"cd {shlex.quote(str(user_cwd))}",  # back where the sweep ran (scalescope may be importable only there)
         _q([python, "-m", "instrumentation.slurm", "finalize", "--out", str(out), "--run-id", spec.run_id])
         + ' --exit-code "$rc" --wall-s "$SECONDS"',
         'exit "$rc"',

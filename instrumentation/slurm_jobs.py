@@ -193,7 +193,7 @@ def wait(plan: Sequence[RunSpec], *, out: Path, poll_s: float, partition: str | 
                 elif status in FINAL_STATUSES:
                     state = (entry.get("slurm") or {}).get("state")
                     extra = f", SLURM {state}" if state and state != "COMPLETED" else ""
-                    progress.finish(run_id, f"{status}{extra}", entry.get("wall_s"))
+                    progress.finish(run_id, f"{status}{extra}", entry.get("wall_s"), counted=status == "ok")
             if all(seen[r] in FINAL_STATUSES for r in todo):
                 break
             # runs held back by --max-jobs go in as jobs end; a run that failed here is not retried

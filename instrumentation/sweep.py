@@ -80,6 +80,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--find-max", default=None, metavar="NAME=START",
                         help="find the largest value of the script option --NAME that fits in memory: double "
                              "from START until a run ends oom, then bisect (local runs only)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads per rank (OMP_NUM_THREADS and torch's intra-op threads, set through "
+                             "the instrumentation) for every launcher and the baseline; default: the cores per "
+                             "rank, floor(CPUs available / ranks per host), at least 1")
+    parser.add_argument("--cwd", choices=("run", "shared"), default="run",
+                        help="where each run executes: run (default): a working directory of its own, "
+                             "<run>/work, so nothing a script writes leaks into the next run; shared: the "
+                             "directory the sweep was started in (the user's directory is always "
+                             "$SCALESCOPE_USER_CWD)")
     parser.add_argument("--out", required=True, type=Path, help="experiment directory, e.g. runs/EXP")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop a run after S seconds and record it as timeout")
@@ -174,9 +183,13 @@ def _plan(args: argparse.Namespace) -> list[RunSpec]:
         name, _ = findmax.parse_find_max(args.find_max)
         if name in (n for n, _ in vary):
             raise ValueError(f"--find-max {name} is also given as --vary {name}")
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {threads}")
     return plan_runs(nps=nps, backends=backends, batch_sizes=batch_sizes, repeats=args.repeats,
                      baseline=args.baseline, vary=vary, labels=_parse_labels(getattr(args, "label", [])),
-                     scaling=getattr(args, "scaling", "strong"))
+                     scaling=getattr(args, "scaling", "strong"), threads=threads,
+                     cwd=getattr(args, "cwd", "run") or "run")
 
 
 def _sweep_command() -> list[str]:

@@ -66,7 +66,8 @@ def epoch_times(epochs: pd.DataFrame, *, warmup_epochs: int = WARMUP_EPOCHS) -> 
     e = epochs.assign(run_id=epochs["run_id"].astype(object))
     per_epoch = (
         e.groupby(["run_id", "epoch"], sort=True)
-        .agg(epoch_time_s=("epoch_time_s", "max"), samples=("samples", "sum"))
+        # min_count=1: an epoch whose samples nobody recorded has no throughput, not 0 samples/s
+        .agg(epoch_time_s=("epoch_time_s", "max"), samples=("samples", lambda s: s.sum(min_count=1)))
         .reset_index()
     )
     if warmup_epochs < 0:

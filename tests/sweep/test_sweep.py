@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from instrumentation import local, sweep
+from instrumentation import experiment, local, sweep
 from instrumentation.sweep import RunSpec, classify_exit, plan_runs, run_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +128,7 @@ def test_environment_contract(tmp_path, monkeypatch):
     assert hvd["SCALESCOPE_BATCH_SIZE"] == "75" and hvd["SCALESCOPE_SAMPLE_INTERVAL"] == "0.5"
     assert json.loads(hvd["SCALESCOPE_CONFIG"]) == {
         "backend": "horovod-mpi", "framework": "horovod", "np": 2, "batch_size": 75, "repeat": 1,
-        "vary": {}, "experiment": "E"}
+        "vary": {}, "experiment": "E", "threads": "auto", "cwd": "run"}
     assert hvd["HOROVOD_TIMELINE"] == str((tmp_path / "r").resolve() / "horovod_timeline.json")
     assert "HOROVOD_TIMELINE_MARK_CYCLES" not in hvd  # opt-in: --timeline-cycles
     cycles = run_env(RunSpec("horovod-gloo", 2, 75, 1), tmp_path / "c", experiment="E", base=base,
@@ -144,6 +144,50 @@ def test_environment_contract(tmp_path, monkeypatch):
     assert "OMPI_ALLOW_RUN_AS_ROOT" not in user
     base_run = run_env(RunSpec("baseline", 1, 75, 1), tmp_path / "b", experiment="E", base=base)
     assert (base_run["SCALESCOPE_FRAMEWORK"], base_run["SCALESCOPE_BACKEND"]) == ("none", "")
+
+
+def test_threads_cwd_and_the_baseline_launch_environment(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4}, raising=False)
+    assert experiment.cores_per_rank(2) == 2 and experiment.cores_per_rank(8) == 1
+    assert experiment.cores_per_rank(3, cpus=12) == 4
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "7", "RANK": "5"}
+    ddp = run_env(RunSpec("ddp-gloo", 2, None, 1), tmp_path / "d", experiment="E", base=base, user_cwd=tmp_path)
+    # cores per rank of this (patched) host, for torch through the instrumentation and for OpenMP
+    assert ddp["OMP_NUM_THREADS"] == ddp["SCALESCOPE_THREADS"] == "2"
+    assert ddp["SCALESCOPE_USER_CWD"] == str(tmp_path) and ddp["SCALESCOPE_CWD"] == "run"
+    assert ddp["RANK"] == "5"  # the launcher sets a framework run's ranks
+    asked = run_env(RunSpec("ddp-gloo", 2, None, 1, threads=3), tmp_path / "d", experiment="E", base=base)
+    assert asked["OMP_NUM_THREADS"] == "3" and json.loads(asked["SCALESCOPE_CONFIG"])["threads"] == 3
+    one = run_env(RunSpec("baseline", 1, None, 1), tmp_path / "b", experiment="E", base=base, master_port=29999)
+    assert one["OMP_NUM_THREADS"] == "5"
+    assert {k: one[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                "MASTER_PORT")} == {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                                                    "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                                                    "MASTER_PORT": "29999"}
+    spec = RunSpec("baseline", 1, None, 1, threads=2, cwd="shared")
+    assert RunSpec.from_config(spec.config(experiment="E")) == spec
+    assert experiment.workdir(spec, tmp_path / "r", user_cwd=tmp_path) == tmp_path
+    assert experiment.workdir(RunSpec("baseline", 1, None, 1), tmp_path / "r") == tmp_path / "r" / "work"
+    with pytest.raises(ValueError, match="--threads must be a positive integer"):
+        plan_runs(nps=[1], backends=["ddp-gloo"], threads=0)
+    with pytest.raises(ValueError, match="--cwd must be one of run, shared"):
+        plan_runs(nps=[1], backends=["ddp-gloo"], cwd="tmp")
+
+
+def test_script_and_existing_inputs_are_made_absolute(tmp_path):
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "pkg").mkdir()
+    cmd = sweep.resolve_script(["python", "train.py", "--data", "data", "--out=data", "--log", "new.log",
+                                "--n=3"], user_cwd=tmp_path)
+    assert cmd == [sys.executable, str(tmp_path / "train.py"), "--data", str(tmp_path / "data"),
+                   f"--out={tmp_path / 'data'}", "--log", "new.log", "--n=3"]
+    # a module name is not a path, even where a directory of that name exists
+    assert sweep.resolve_script(["python", "-m", "pkg", "data"], user_cwd=tmp_path)[1:] == [
+        "-m", "pkg", str(tmp_path / "data")]
+    env = experiment.with_user_path({"PYTHONPATH": "/x"}, [sys.executable, "-m", "pkg"], tmp_path)
+    assert env["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/x"
+    assert "PYTHONPATH" not in experiment.with_user_path({}, [sys.executable, "t.py"], tmp_path)
 
 
 def test_python_is_replaced_by_this_interpreter():
@@ -256,7 +300,8 @@ def test_sweep_records_failures_goes_on_and_resumes(tmp_path, tiny):
         assert "boom: deliberate failure" in fail["log_tail"]
         assert (oom["status"], oom["exit_code"]) == ("oom", 1)
         assert ok["config"] == {"backend": "baseline", "framework": "none", "np": 1, "batch_size": b,
-                                "repeat": 1, "vary": {"mode": "ok"}, "experiment": "EXP"}
+                                "repeat": 1, "vary": {"mode": "ok"}, "experiment": "EXP", "threads": "auto",
+                                "cwd": "run"}
         # the training wrote run.json; the launcher set status and exit code
         ok_manifest = json.loads((out / ok["run_id"] / "run.json").read_text())
         assert ok_manifest["status"] == "ok" and ok_manifest["exit_code"] == 0
@@ -329,3 +374,16 @@ def test_bad_options_exit_2(tmp_path, tiny):
         assert proc.returncode == 2 and msg in proc.stderr, (argv, proc.stderr)
     proc = _sweep("--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "no training command" in proc.stderr
+
+
+def test_eta_ignores_runs_that_did_not_finish_ok():
+    import io
+
+    from instrumentation.progress import Progress
+
+    out = io.StringIO()
+    p = Progress(4, stream=out)
+    p.finish("a", "failed (exit 1)", 2.0, counted=False)  # a failed run's 2 s say nothing about the others
+    assert p.eta() == "?"
+    p.finish("b", "ok", 30.0)
+    assert p.eta() == "60.0 s"  # 2 runs left at the mean of the ok runs
