@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import atomic
 from analysis.errors import ReadError, ScalescopeError
 from analysis.metrics import model as M
 
@@ -77,10 +78,10 @@ def summarize(bench_dir: str | os.PathLike[str], *, experiment: str | os.PathLik
     error = pd.DataFrame()
     if experiment is not None:
         error = _error(fit, experiment, fit_ranks=sorted(int(n) for n in df["n_ranks"].unique()))
-    if write:
-        fit.to_csv(bench_dir / "fit.csv", index=False)
-        pred.to_csv(bench_dir / "prediction.csv", index=False)
-        error.to_csv(bench_dir / "model_error.csv", index=False)
+    if write:  # each through a temporary file renamed into place (analysis.atomic)
+        for name, frame in (("fit.csv", fit), ("prediction.csv", pred), ("model_error.csv", error)):
+            with atomic.replacing(bench_dir / name) as tmp:
+                frame.to_csv(tmp, index=False)
     return {"fit": fit, "prediction": pred, "error": error}
 
 

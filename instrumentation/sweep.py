@@ -37,6 +37,7 @@ from instrumentation.experiment import (
     run_env,
 )
 from instrumentation.manifest import write_json_atomic
+from instrumentation.progress import printable
 
 __all__ = [
     "BACKENDS",
@@ -101,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _error(msg: str) -> int:
-    print(f"scalescope sweep: error: {msg}", file=sys.stderr)
+    print(printable(f"scalescope sweep: error: {msg}"), file=sys.stderr)
     return 2
 
 
