@@ -290,7 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m instrumentation.sweep",
                                      description=(__doc__ or "").strip().splitlines()[0])
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    try:
+        return run(parser.parse_args(argv))
+    except KeyboardInterrupt:  # one line, as `scalescope sweep` (analysis.cli) says it
+        print("scalescope sweep: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -176,10 +176,16 @@ def test_convert_into_a_read_only_directory_is_one_line(read_only_experiment, tm
     assert not list(run.glob("*.events.csv")) and not list(run.glob("*.samples.csv"))
 
 
-def test_sweep_into_a_read_only_out_is_one_line(read_only_experiment):
+@pytest.mark.parametrize("command", [
+    ["sweep", "--np", "1", "--out", "{out}", "--", "python", "-c", "pass"],
+    ["bench-allreduce", "--np", "1", "--backend", "gloo", "--max-bytes", "4K", "--out", "{out}"],
+    ["demo", "--quick", "--out", "{out}"],
+], ids=lambda c: c[0])
+def test_commands_into_a_read_only_out_are_one_line(read_only_experiment, command):
     out = read_only_experiment / "new"
-    p = _run("sweep", "--np", "1", "--out", str(out), "--", "python", "-c", "pass")
+    p = _run(*(str(out) if a == "{out}" else a for a in command))
     _one_clean_line(p, str(out))
+    assert not out.exists()
 
 
 @contextlib.contextmanager
