@@ -156,7 +156,8 @@ def submit(plan: Sequence[RunSpec], *, out: Path, partition: str | None = None,
 
         update_entries(out, mark)
         submitted += 1
-        print(f"scalescope sweep: submitted {spec.run_id} as job {job}", file=stream or sys.stdout, flush=True)
+        print(printable(f"scalescope sweep: submitted {spec.run_id} as job {job}"), file=stream or sys.stdout,
+              flush=True)
     return submitted
 
 
