@@ -337,9 +337,10 @@ def run_command(argv: Sequence[str] | None = None, *, prefix: Sequence[str] = ()
     # on a Ctrl-C is one line and exit status 130, whatever is running
     previous = _install_sigint()
     command = prefix[0] if prefix else None
-    try:
-        import warnings
+    import warnings
 
+    shown = warnings.showwarning
+    try:
         warnings.showwarning = _show_warning
         parser = build_parser()
         args = parser.parse_args([*prefix, *(sys.argv[1:] if argv is None else argv)])
@@ -356,6 +357,8 @@ def run_command(argv: Sequence[str] | None = None, *, prefix: Sequence[str] = ()
         # itself, ours stays for the interpreter's exit, so a late Ctrl-C is one line too
         if previous is not None:
             signal.signal(signal.SIGINT, previous if argv is not None else _on_late_sigint)
+        if argv is not None:
+            warnings.showwarning = shown
 
 
 def _call(args: argparse.Namespace) -> int:

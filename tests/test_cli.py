@@ -216,3 +216,18 @@ def test_report_on_a_full_disk_keeps_the_previous_page(tmp_path):
         assert (disk / "rep" / "index.html").read_bytes() == previous
         assert not [f.name for f in (disk / "rep").iterdir() if f.name.endswith(".tmp")]
 
+
+
+def test_warnings_on_the_command_line_are_escaped():
+    import io
+    import warnings
+
+    from analysis.errors import RecoveryWarning
+
+    buf = io.StringIO()
+    cli._show_warning(RecoveryWarning(f"trace.json: dropped a record: {HOSTILE}"),
+                      RecoveryWarning, "x.py", 1, file=buf)
+    assert "\x1b" not in buf.getvalue() and "\\x1b]0;pwned title" in buf.getvalue()
+    shown = warnings.showwarning
+    assert cli.main(["formats"]) == 0
+    assert warnings.showwarning is shown  # called in-process: the caller's hook is back
