@@ -2,8 +2,8 @@
 # Run the test suite with the project's venv (what `make test` runs).
 #
 #   local (CI unset):  ruff, then every test but those marked `slow` (real training sweeps,
-#                      the Horovod/nsys/Kineto/HTA cross-checks, notebooks, Perfetto, the
-#                      Horovod build check): under 15 minutes on 2 cores.
+#                      local SLURM jobs, the Horovod/nsys/Kineto/HTA cross-checks, notebooks,
+#                      Perfetto, the Horovod build check): under 15 minutes on 2 cores.
 #   CI set (.ci/run):  ruff, then the whole suite, `slow` included.
 #
 # SCALESCOPE_TESTS=all runs the whole suite locally too (SCALESCOPE_TESTS=fast the fast one
