@@ -382,10 +382,10 @@ def _call(args: argparse.Namespace) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
     except OSError as exc:
+        if args.debug:
+            raise
         line = _os_error_line(exc)
-        if line is None or args.debug:
-            if args.debug:
-                raise
+        if line is None:
             return _bug(args, exc, say)
         say(f"error: {line}")
         return EXIT_ERROR
