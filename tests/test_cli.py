@@ -231,3 +231,51 @@ def test_warnings_on_the_command_line_are_escaped():
     shown = warnings.showwarning
     assert cli.main(["formats"]) == 0
     assert warnings.showwarning is shown  # called in-process: the caller's hook is back
+
+
+def test_any_text_is_printable_and_nothing_else_changes():
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from instrumentation.progress import printable
+
+    control = {*range(0x00, 0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F),
+               *range(0x2066, 0x206A)} - {0x0A, 0x09}
+
+    @hypothesis.settings(max_examples=300, deadline=None, derandomize=True, database=None)
+    @hypothesis.given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60))
+    def check(text):
+        shown = printable(text)
+        assert not any(ord(c) in control for c in shown)
+        # every other character is kept, in order; each control one becomes its escape
+        def escaped(c: str) -> str:
+            if ord(c) not in control:
+                return c
+            return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+        expected = "".join(map(escaped, text))
+        assert shown == expected
+
+    check()
+
+
+def test_status_never_passes_control_characters_from_a_log_tail(tmp_path, capsys):
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    @hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
+    @hypothesis.given(st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=80))
+    def check(tail):
+        exp = tmp_path / "exp"
+        shutil.rmtree(exp, ignore_errors=True)
+        _experiment_with_failed_run(exp)
+        data = json.loads((exp / "experiment.json").read_text(encoding="utf-8"))
+        data["runs"][0]["log_tail"] = tail
+        data["runs"][0]["exit_note"] = None
+        (exp / "experiment.json").write_text(json.dumps(data), encoding="utf-8")
+        capsys.readouterr()
+        assert cli.main(["status", str(exp)]) == 0
+        out, err = capsys.readouterr()
+        assert not any((ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0 for c in out + err), out
+
+    check()
