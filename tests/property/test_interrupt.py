@@ -79,9 +79,10 @@ def check_interrupt_outcome(p: subprocess.CompletedProcess, sig: int) -> None:
         return
     if p.returncode in (0, 130) and "Traceback" not in p.stderr:
         if p.returncode == 130:
-            lines = p.stderr.strip().splitlines()
-            assert lines and re.fullmatch(r"scalescope( [\w-]+)?: interrupted", lines[-1]), p.stderr
-            assert sum("interrupted" in line for line in lines) == 1, p.stderr
+            # on stderr; a sweep says it through its progress lines, on stdout
+            said = [line for line in (p.stderr + p.stdout).splitlines() if "interrupted" in line]
+            assert len(said) == 1, (p.stdout, p.stderr)
+            assert re.fullmatch(r"scalescope( [\w-]+)?: interrupted(;.*)?", said[0]), (p.stdout, p.stderr)
         return
     # the signal came before scalescope's handler existed: the interpreter's start-up only
     assert not _HEAVY.search(p.stderr), f"interrupted while a heavy import ran unprotected:\n{p.stderr}"
@@ -209,3 +210,23 @@ def test_ctrl_c_at_any_moment_of_report_is_one_line(report_setup, delay):
     check_interrupt_outcome(p, signal.SIGINT)
     assert _digest(_STAMP.sub(b"T", page.read_bytes())) == whole
     assert not _leftovers(page.parent)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.3, 1.5, 4.0])
+def test_ctrl_c_at_any_moment_of_a_sweep_is_one_line(tmp_path, delay):
+    """Before the parser, while the run starts, while it runs: one line, 130, and a manifest
+    that is whole JSON (written atomically) recording the run as killed or not yet run."""
+    import json
+
+    script = tmp_path / "train.py"
+    script.write_text("import time\nprint('training', flush=True)\ntime.sleep(60)\n")
+    out = tmp_path / "EXP"
+    p = _interrupted(["sweep", "--backend", "", "--baseline", "--out", str(out), "--", "python", str(script)],
+                     env=_env(tmp_path / "cache"), delay=delay, sig=signal.SIGINT)
+    check_interrupt_outcome(p, signal.SIGINT)
+    assert p.returncode != 0  # the run sleeps a minute: never finished
+    manifest = out / "experiment.json"
+    if manifest.exists():
+        runs = json.loads(manifest.read_text(encoding="utf-8"))["runs"]
+        assert {r["status"] for r in runs} <= {"pending", "running", "killed"}, runs
+    assert not _leftovers(tmp_path)
