@@ -191,6 +191,15 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     Raises ``OSError`` on failure, the temporary file removed.
     """
     path = Path(path)
+    try:
+        _write_text_atomic(path, text)
+    except OSError as exc:  # a full disk's write error names no file: name the one we write
+        if exc.filename is not None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror or str(exc), str(path)) from exc
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:

@@ -279,3 +279,34 @@ def test_status_never_passes_control_characters_from_a_log_tail(tmp_path, capsys
         assert not any((ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0 for c in out + err), out
 
     check()
+
+
+def _fill(disk: Path) -> None:
+    """Leave no room on ``disk`` (a tmpfs): write until it refuses."""
+    with open(disk / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+
+
+def test_convert_onto_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path):
+    run = EXPERIMENT / "none_np1_bs10_r1"
+    with _small_filesystem(tmp_path / "disk", "1m") as disk:
+        _fill(disk)
+        p = _run("convert", str(run), "--to", "csv", "-o", str(disk / "out"))
+        err = _one_clean_line(p)
+        assert "no space left" in err
+        left = [f.name for f in (disk / "out").rglob("*")] if (disk / "out").exists() else []
+        assert not left, f"a partial output was left: {left}"
+
+
+def test_sweep_onto_a_full_disk_is_one_line(tmp_path):
+    with _small_filesystem(tmp_path / "disk", "1m") as disk:
+        _fill(disk)
+        out = disk / "EXP"
+        p = _run("sweep", "--backend", "", "--baseline", "--out", str(out), "--", "python", "-c", "pass")
+        err = _one_clean_line(p)
+        assert "no space left" in err and str(out) in err
