@@ -230,3 +230,25 @@ def test_ctrl_c_at_any_moment_of_a_sweep_is_one_line(tmp_path, delay):
         runs = json.loads(manifest.read_text(encoding="utf-8"))["runs"]
         assert {r["status"] for r in runs} <= {"pending", "running", "killed"}, runs
     assert not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("delay", [0.2, 1.0, 2.0])
+def test_two_ctrl_c_in_a_row_are_still_one_line(report_setup, delay):
+    """A second Ctrl-C while the first unwinds ends the process at once: still one line and
+    130, the page whole (a hidden temporary file may stay, as after SIGKILL)."""
+    args, env, page, whole, _ = report_setup
+    p = subprocess.Popen([str(SCALESCOPE), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, env=env, cwd=ROOT)
+    time.sleep(delay)
+    for _ in range(2):
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    out, err = p.communicate(timeout=300)
+    check_interrupt_outcome(subprocess.CompletedProcess(p.args, p.returncode, out, err), signal.SIGINT)
+    assert _digest(_STAMP.sub(b"T", page.read_bytes())) == whole
+    for name in _leftovers(page.parent):
+        assert name.startswith(".") and name.endswith(".tmp")
+        (page.parent / name).unlink()
