@@ -252,3 +252,41 @@ def test_two_ctrl_c_in_a_row_are_still_one_line(report_setup, delay):
     for name in _leftovers(page.parent):
         assert name.startswith(".") and name.endswith(".tmp")
         (page.parent / name).unlink()
+
+
+POOL_SCRIPT = """
+import sys, time
+import pandas as pd
+from analysis import cli, scale
+
+def slow(x):
+    print("task", x, flush=True)
+    time.sleep(30)
+    return pd.DataFrame({"x": [x]})
+
+if __name__ == "__main__":
+    cli._install_sigint()
+    try:
+        scale.run_tasks(slow, list(range(4)), workers=2)
+    except KeyboardInterrupt:
+        print("scalescope: interrupted", file=sys.stderr)
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_reaches_pool_workers_without_a_word_from_them(tmp_path):
+    """The terminal's Ctrl-C reaches every process of the group, pool workers included:
+    they say nothing (no worker traceback), the main process says the one line."""
+    script = tmp_path / "pool.py"
+    script.write_text(POOL_SCRIPT, encoding="utf-8")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, env=_env(tmp_path / "cache"), cwd=tmp_path)
+    deadline = time.monotonic() + 300  # a bound on a hang: wait until both workers run a task
+    seen = ""
+    while seen.count("task") < 2 and time.monotonic() < deadline and p.poll() is None:
+        seen += p.stdout.readline()
+    assert seen.count("task") >= 2, seen
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert err.strip() == "scalescope: interrupted", err
