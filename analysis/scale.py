@@ -796,10 +796,11 @@ def _run_parquet(one: Any) -> pd.DataFrame:
         except Exception as exc:  # truncated or not Parquet: never trusted
             warnings.warn(f"run cache entry {out} is unreadable ({type(exc).__name__}); the run "
                           "is read again", stacklevel=2)
-    from analysis import atomic
-
-    with atomic.replacing(out) as tmp:  # a unique temporary name: two workers may write one key
-        one.events.to_parquet(tmp, index=False, compression="lz4")
+    df = one.events
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    df.to_parquet(tmp, index=False, compression="lz4")
+    os.replace(tmp, out)
     return pd.DataFrame({"path": [str(out)]})
 
 
