@@ -1,6 +1,6 @@
 # scalescope: two commands on a fresh machine.
 #   make demo   set up .venv (torch, Horovod, everything) and run the demo sweep + report
-#   make test   the same set-up plus the dev tools, then the whole test suite
+#   make test   the same set-up plus the dev tools, then the test suite (all but `slow`; CI=1: all)
 # Both are idempotent: stamps in .venv/.stamps skip finished steps.
 
 PYTHON ?= python3
@@ -17,7 +17,7 @@ NO_BROWSER ?=
 
 help:
 	@echo "make demo    - set up .venv and run the demo sweep and report into $(EXP)"
-	@echo "make test    - set up .venv with dev tools and run the whole test suite"
+	@echo "make test    - set up .venv with dev tools and run the tests not marked slow (CI=1 make test: all)"
 	@echo "make lint    - ruff"
 	@echo "make notebooks [EXP='dir ...'] [PORT=n] [NO_BROWSER=1] - JupyterLab, every notebook on those experiments"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import atomic
 from analysis.errors import ReadError, ScalescopeError
 from analysis.metrics import model as M
 
@@ -77,10 +78,10 @@ def summarize(bench_dir: str | os.PathLike[str], *, experiment: str | os.PathLik
     error = pd.DataFrame()
     if experiment is not None:
         error = _error(fit, experiment, fit_ranks=sorted(int(n) for n in df["n_ranks"].unique()))
-    if write:
-        fit.to_csv(bench_dir / "fit.csv", index=False)
-        pred.to_csv(bench_dir / "prediction.csv", index=False)
-        error.to_csv(bench_dir / "model_error.csv", index=False)
+    if write:  # each through a temporary file renamed into place (analysis.atomic)
+        for name, frame in (("fit.csv", fit), ("prediction.csv", pred), ("model_error.csv", error)):
+            with atomic.replacing(bench_dir / name) as tmp:
+                frame.to_csv(tmp, index=False)
     return {"fit": fit, "prediction": pred, "error": error}
 
 
@@ -98,15 +99,19 @@ def _error(fit: pd.DataFrame, experiment: str | os.PathLike[str], *, fit_ranks: 
 
 
 def print_tables(tables: dict[str, pd.DataFrame]) -> None:
-    """The tables as text (for the command line)."""
+    """The tables as text (for the command line; backend and label names come from the
+    benchmark's files: control characters shown escaped)."""
+    from instrumentation.progress import printable
+
+    lines = []
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
         fit = tables["fit"]
         cols = ["backend", "link_class", "alpha_s", "alpha_ci_low_s", "alpha_ci_high_s", "beta_bytes_per_s",
                 "beta_ci_low_bytes_per_s", "beta_ci_high_bytes_per_s", "n_points", "rank_counts", "rel_rmse_frac"]
-        print("alpha-beta fit per link class (95 % CIs):")
-        print(fit[[c for c in cols if c in fit.columns]].to_string(index=False))
-        print("\npredicted allreduce time of the gradient (ring vs two-level, 8 ranks per node beyond 8):")
-        print(tables["prediction"].to_string(index=False))
+        lines += ["alpha-beta fit per link class (95 % CIs):", fit[[c for c in cols if c in fit.columns]].to_string(index=False)]
+        lines += ["\npredicted allreduce time of the gradient (ring vs two-level, 8 ranks per node beyond 8):",
+                  tables["prediction"].to_string(index=False)]
         if len(tables["error"]):
-            print("\nmodel error against the sweep's measured sync per step (held_out: rank count not benchmarked):")
-            print(tables["error"].to_string(index=False))
+            lines += ["\nmodel error against the sweep's measured sync per step (held_out: rank count not benchmarked):",
+                      tables["error"].to_string(index=False)]
+    print(printable("\n".join(lines)))

@@ -5,21 +5,86 @@ sweep`` works on a cluster login node without the analysis stack being imported.
 A user-facing command never ends in a raw traceback: scalescope's own errors print one
 clear line; anything unexpected prints a short message and the traceback goes to a log
 file (or to the terminal with ``--debug``).
+
+Ctrl-C at any moment prints one line and exits 130: the handler is installed when this
+module is imported as the command (the console script, ``python -m analysis.cli``), before
+anything else is imported; only the interpreter's own start-up comes before it.
 """
 
+# Only what the interpreter has loaded already at this point: the Ctrl-C handler goes in
+# before any import that takes time (argparse, tempfile, the subcommands' pandas/plotly).
 from __future__ import annotations
 
-import argparse
 import os
+import signal
 import sys
-import tempfile
-import traceback
-from collections.abc import Callable, Sequence
+import threading
+from typing import TYPE_CHECKING
 
 from analysis import __version__
 
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
+
 EXIT_USAGE = 2
 EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+# ---------------------------------------------------------------- Ctrl-C
+
+#: The process that installed the handler; a pool worker forked from it inherits the handler
+#: (and the terminal's Ctrl-C reaches the whole process group) but leaves the message to it.
+_MAIN_PID: int | None = None
+_ANNOUNCED = False
+
+
+def _announce_interrupt(command: str | None) -> None:
+    global _ANNOUNCED
+    if not _ANNOUNCED:
+        _ANNOUNCED = True
+        what = f"scalescope {command}" if command else "scalescope"
+        try:
+            print(f"{what}: interrupted", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+
+
+def _on_sigint(signum, frame) -> None:
+    if os.getpid() != _MAIN_PID:  # a forked pool worker: the main process reports and exits
+        os._exit(EXIT_INTERRUPTED)
+    # the first Ctrl-C unwinds (temporary files are removed on the way); a second one while
+    # that runs, or one after the command finished, ends the process at once
+    signal.signal(signal.SIGINT, _on_late_sigint)
+    raise KeyboardInterrupt
+
+
+def _on_late_sigint(signum, frame) -> None:
+    if os.getpid() == _MAIN_PID:
+        _announce_interrupt(None)
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _install_sigint() -> object | None:
+    """Our Ctrl-C handler; returns the previous one (``None`` where signals cannot be set:
+    not the main thread)."""
+    global _MAIN_PID, _ANNOUNCED
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    _MAIN_PID, _ANNOUNCED = os.getpid(), False
+    return signal.signal(signal.SIGINT, _on_sigint)
+
+
+def _started_as_command() -> bool:
+    argv0 = os.path.basename(sys.argv[0]) if getattr(sys, "argv", None) else ""
+    return __name__ == "__main__" or argv0 == "scalescope" or argv0.startswith("scalescope.")
+
+
+if _started_as_command():
+    _install_sigint()
+
+
+# ---------------------------------------------------------------- subcommands
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +110,8 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    import argparse
+
     try:
         from instrumentation import sweep
     except ImportError as exc:  # the launcher is optional on an analysis-only install
@@ -213,6 +280,8 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="scalescope",
         description="Why doesn't my distributed training scale, and where does the time go?",
@@ -226,41 +295,120 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _log_traceback() -> str:
+    import tempfile
+    import traceback
+
     fd, path = tempfile.mkstemp(prefix="scalescope-error-", suffix=".log")
     with os.fdopen(fd, "w") as fh:
         traceback.print_exc(file=fh)
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from analysis.errors import ScalescopeError
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` for the command line: a warning often quotes file content."""
+    import warnings
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
+    from instrumentation.progress import printable
+
+    stream = file if file is not None else sys.stderr
+    try:
+        stream.write(printable(warnings.formatwarning(message, category, filename, lineno, line)))
+    except (OSError, ValueError):
+        pass
+
+
+def _os_error_line(exc: OSError) -> str | None:
+    """One line for an ``OSError`` that is about the machine, not a bug: it names a path (a
+    location that cannot be written or read) or says the disk is full."""
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}no space left on the device"
+    if exc.filename is None:
+        return None
+    names = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
+    return f"{names}: {exc.strerror or exc}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``scalescope`` command. Ctrl-C at any moment prints one line and returns 130;
+    scalescope's own errors and a machine's refusals (an unwritable location, a full disk)
+    print one line naming the path and return 1."""
+    return run_command(argv)
+
+
+def run_command(argv: Sequence[str] | None = None, *, prefix: Sequence[str] = ()) -> int:
+    """:func:`main` with ``prefix`` put before the arguments (``python -m analysis.report``
+    runs ``run_command(prefix=["report"])``)."""
+    # first of all, before the parser imports the subcommands (pandas, plotly): from here
+    # on a Ctrl-C is one line and exit status 130, whatever is running
+    previous = _install_sigint()
+    command = prefix[0] if prefix else None
+    import warnings
+
+    shown = warnings.showwarning
+    try:
+        warnings.showwarning = _show_warning
+        parser = build_parser()
+        args = parser.parse_args([*prefix, *(sys.argv[1:] if argv is None else argv)])
+        command = args.command
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return _call(args)
+    except KeyboardInterrupt:
+        _announce_interrupt(command)
+        return EXIT_INTERRUPTED
+    finally:
+        # called in-process (tests, a notebook): the caller's handler back. As the command
+        # itself, ours stays for the interpreter's exit, so a late Ctrl-C is one line too
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous if argv is not None else _on_late_sigint)
+        if argv is not None:
+            warnings.showwarning = shown
+
+
+def _call(args: argparse.Namespace) -> int:
+    from analysis.errors import ScalescopeError
+    from instrumentation.progress import printable
+
+    def say(line: str) -> None:
+        print(printable(f"scalescope {args.command}: {line}"), file=sys.stderr)
+
     try:
         rc = args.func(args)
-    except KeyboardInterrupt:
-        print("scalescope: interrupted", file=sys.stderr)
-        return 130
     except ScalescopeError as exc:
         if args.debug:
             raise
-        print(f"scalescope {args.command}: error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
+        return EXIT_ERROR
+    except BrokenPipeError:  # `scalescope status EXP | head`: the reader left, nothing to say
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    except OSError as exc:
+        if args.debug:
+            raise
+        line = _os_error_line(exc)
+        if line is None:
+            return _bug(args, exc, say)
+        say(f"error: {line}")
         return EXIT_ERROR
     except Exception as exc:
         if args.debug:
             raise
-        log = _log_traceback()
-        print(
-            f"scalescope {args.command}: unexpected {type(exc).__name__}: {exc}\n"
-            f"  This is a bug in scalescope; the traceback is in {log} (or rerun with --debug).",
-            file=sys.stderr,
-        )
-        return EXIT_ERROR
+        return _bug(args, exc, say)
     return int(rc or 0)
+
+
+def _bug(args: argparse.Namespace, exc: BaseException, say: Callable[[str], None]) -> int:
+    log = _log_traceback()
+    say(f"unexpected {type(exc).__name__}: {exc}\n"
+        f"  This is a bug in scalescope; the traceback is in {log} (or rerun with --debug).")
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -816,7 +816,11 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
         "n_figures": n_fig,
     }
     page = out / "index.html"
-    page.write_text(_render(context), encoding="utf-8")
+    # to a temporary file renamed into place: a full disk or a Ctrl-C leaves the previous
+    # page (or none), never a truncated one
+    from analysis import atomic
+
+    atomic.write_text(page, _render(context))
     return page
 
 
@@ -836,17 +840,22 @@ def run(args: argparse.Namespace) -> int:
         page = build_report(args.experiment_dir if len(args.experiment_dir) > 1 else args.experiment_dir[0],
                             args.out, static=not args.no_static)
     except ScalescopeError as exc:
-        print(f"scalescope report: {exc}")
+        import sys
+
+        from instrumentation.progress import printable
+
+        print(printable(f"scalescope report: error: {exc}"), file=sys.stderr)
         return 1
     print(f"report written to {page}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python -m analysis.report EXPERIMENT_DIR [--out DIR] [--no-static]``."""
-    parser = argparse.ArgumentParser(prog="scalescope report", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """Entry point: ``python -m analysis.report EXPERIMENT_DIR [--out DIR] [--no-static]``,
+    the same as ``scalescope report`` (one line on errors and on Ctrl-C)."""
+    from analysis import cli
+
+    return cli.run_command(argv, prefix=["report"])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import subprocess
 import sys
@@ -46,7 +47,7 @@ from pathlib import Path
 from instrumentation import commpath
 from instrumentation.experiment import BACKENDS, RunSpec, find_tool, now
 from instrumentation.local import launch_command
-from instrumentation.manifest import write_json_atomic
+from instrumentation.manifest import write_json_atomic, write_text_atomic
 
 __all__ = ["CSV_COLUMNS", "DDP_BUCKET_BYTES", "add_arguments", "message_sizes", "resolve_backend", "run",
            "run_bench"]
@@ -170,14 +171,15 @@ def _worker(args: argparse.Namespace) -> int:
     times = reduce_max(times)
     if rank == 0:
         n_nodes = max(1, size // max(1, local_size))
-        with open(args.csv, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(CSV_COLUMNS)
-            for i, nbytes in enumerate(sizes):
-                for r in range(args.repeats):
-                    w.writerow([args.bench_backend, args.backend_label, args.framework, size, n_nodes, local_size,
-                                "intra-node" if n_nodes == 1 else "inter-node", nbytes, labels[i], r,
-                                f"{float(times[i, r]):.9g}"])
+        fh = io.StringIO()
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for i, nbytes in enumerate(sizes):
+            for r in range(args.repeats):
+                w.writerow([args.bench_backend, args.backend_label, args.framework, size, n_nodes, local_size,
+                            "intra-node" if n_nodes == 1 else "inter-node", nbytes, labels[i], r,
+                            f"{float(times[i, r]):.9g}"])
+        write_text_atomic(args.csv, fh.getvalue())
     if args.framework == "horovod":
         hvd.shutdown()
     else:
@@ -252,10 +254,11 @@ def run_bench(out: Path, *, nps: Sequence[int], backends: Sequence[str], repeats
                     rows.extend(list(csv.reader(fh))[1:])
             info["launches"].append(entry)
             print(f"bench-allreduce: {name} (as {label}) np={n}: {status} in {entry['wall_s']:.1f} s", file=sys.stderr)
-    with open(out / "allreduce.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(CSV_COLUMNS)
-        w.writerows(rows)
+    fh = io.StringIO()
+    w = csv.writer(fh)
+    w.writerow(CSV_COLUMNS)
+    w.writerows(rows)
+    write_text_atomic(out / "allreduce.csv", fh.getvalue())
     info["end_time"] = now()
     write_json_atomic(out / "bench.json", info)
     return info

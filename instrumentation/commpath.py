@@ -33,6 +33,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from instrumentation.manifest import write_text_atomic
+
 __all__ = [
     "HOROVOD_KNOBS",
     "NCCL_FILE",
@@ -243,7 +245,7 @@ def write_node_info(out_dir: str | os.PathLike[str], *, python: str | None = Non
         d = Path(out_dir) / "nodes"
         d.mkdir(parents=True, exist_ok=True)
         f = d / f"{info['host']}.topo.txt"
-        f.write_text(topo.pop("text"))
+        write_text_atomic(f, topo.pop("text"))
         topo["file"] = str(f.relative_to(out_dir))
     return info
 

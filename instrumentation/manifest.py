@@ -15,6 +15,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "iso_now",
     "versions",
     "write_json_atomic",
+    "write_text_atomic",
 ]
 
 FORMAT = "scalescope.run"
@@ -179,14 +181,37 @@ def write_json_atomic(path: str | os.PathLike[str], obj: object) -> None:
 
     Raises ``OSError`` on failure (callers in the training process catch it and warn).
     """
+    write_text_atomic(path, json.dumps(obj, indent=1, default=str) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same directory and
+    ``os.replace``: a crash, Ctrl-C or a full disk leaves the previous file or none, never a
+    truncated one. The file's mode is kept where it existed (a script stays executable).
+
+    Raises ``OSError`` on failure, the temporary file removed.
+    """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=1, default=str)
-            fh.write("\n")
+        _write_text_atomic(path, text)
+    except OSError as exc:  # a full disk's write error names no file: name the one we write
+        if exc.filename is not None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror or str(exc), str(path)) from exc
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        try:
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        except FileNotFoundError:
+            os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -1,11 +1,44 @@
 """Progress of a sweep on the terminal: a rich bar on a TTY, plain lines otherwise, with an
-ETA from the mean run time. Used by local sweeps and by ``--slurm --wait``."""
+ETA from the mean run time. Used by local sweeps and by ``--slurm --wait``.
+
+:func:`printable` is the one filter for text that came from a file (a run's log tail, a
+manifest's run id or exit note, a value quoted in an error) on its way to the terminal:
+scalescope's commands, the analysis side's included, print such text only through it.
+"""
 
 from __future__ import annotations
 
 import sys
 
-__all__ = ["Progress", "fmt_seconds"]
+__all__ = ["Progress", "fmt_seconds", "printable"]
+
+
+def _escape_table() -> dict[int, str]:
+    table = {}
+    # C0 controls but newline and tab (ESC starts CSI/OSC sequences: title set, screen clear;
+    # CR and backspace overwrite what was printed), DEL, and C1 controls (0x9b is a one-byte
+    # CSI, 0x9d a one-byte OSC on some terminals)
+    for code in [*range(0x00, 0x20), *range(0x7F, 0xA0)]:
+        if chr(code) not in "\n\t":
+            table[code] = f"\\x{code:02x}"
+    # bidirectional overrides and isolates reorder what the eye reads ("Trojan source")
+    for code in [0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]:
+        table[code] = f"\\u{code:04x}"
+    return table
+
+
+_ESCAPES = _escape_table()
+
+
+def printable(text: object) -> str:
+    """``str(text)`` safe to print on a terminal: newlines and tabs kept, every other control
+    character (ESC, CSI, OSC, BEL, CR, backspace, C1 controls, bidi overrides) shown escaped
+    as ``\\x1b``, ``\\u202e``, so no escape sequence from a file reaches the terminal.
+
+    >>> printable("ok\\x1b]0;pwned\\x07\\tdone\\n")
+    'ok\\\\x1b]0;pwned\\\\x07\\tdone\\n'
+    """
+    return str(text).translate(_ESCAPES)
 
 
 class Progress:
@@ -35,6 +68,7 @@ class Progress:
         return fmt_seconds(left)
 
     def print(self, msg: str) -> None:
+        msg = printable(msg)  # run ids, exit notes and log lines come from files
         if self._bar is not None:
             self._bar.console.print(msg, markup=False, highlight=False)
         else:
@@ -42,7 +76,7 @@ class Progress:
 
     def start(self, run_id: str) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, description=run_id)
+            self._bar.update(self._task, description=printable(run_id))
         else:
             self.print(f"[{self.done + 1}/{self.total}] {run_id} ... (ETA {self.eta()})")
 

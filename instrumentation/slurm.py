@@ -52,6 +52,7 @@ from instrumentation.experiment import (
     with_user_path,
 )
 from instrumentation.experiment import workdir as run_workdir
+from instrumentation.manifest import write_text_atomic
 from instrumentation.slurm_jobs import ACTIVE_STATUSES, script_path
 
 __all__ = ["SlurmError", "SlurmLayout", "add_arguments", "check_options", "finalize_main", "layout",
@@ -295,7 +296,7 @@ def write_scripts(plan, *, script: Sequence[str], out: Path, args: argparse.Name
     sdir = Path(out) / "slurm"
     sdir.mkdir(parents=True, exist_ok=True)
     for run_id, text in scripts.items():
-        script_path(out, run_id).write_text(text, encoding="utf-8")
+        write_text_atomic(script_path(out, run_id), text)
         (Path(out) / run_id).mkdir(exist_ok=True)
     submit = ["#!/bin/bash", "# Submit every run of this sweep (runs already ok are skipped).", "set -e",
               f"cd {shlex.quote(str(sdir))}"]
@@ -310,7 +311,7 @@ def write_scripts(plan, *, script: Sequence[str], out: Path, args: argparse.Name
             submit.append(f"# {spec.run_id}: already ok")
         else:
             submit.append(f"sbatch {shlex.quote(spec.run_id + '.sbatch')}")
-    (sdir / "submit_all.sh").write_text("\n".join(submit) + "\n", encoding="utf-8")
+    write_text_atomic(sdir / "submit_all.sh", "\n".join(submit) + "\n")
     (sdir / "submit_all.sh").chmod(0o755)
     if not getattr(args, "submit", False):
         print(f"scalescope sweep: wrote {len(scripts)} sbatch scripts into {sdir}; "

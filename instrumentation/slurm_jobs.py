@@ -34,7 +34,7 @@ from instrumentation.experiment import (
     summary,
     update_entries,
 )
-from instrumentation.progress import Progress, fmt_seconds
+from instrumentation.progress import Progress, fmt_seconds, printable
 
 __all__ = ["ACTIVE_STATUSES", "reconcile", "script_path", "status_main", "status_rows", "submit", "wait"]
 
@@ -156,7 +156,8 @@ def submit(plan: Sequence[RunSpec], *, out: Path, partition: str | None = None,
 
         update_entries(out, mark)
         submitted += 1
-        print(f"scalescope sweep: submitted {spec.run_id} as job {job}", file=stream or sys.stdout, flush=True)
+        print(printable(f"scalescope sweep: submitted {spec.run_id} as job {job}"), file=stream or sys.stdout,
+              flush=True)
     return submitted
 
 
@@ -211,7 +212,7 @@ def wait(plan: Sequence[RunSpec], *, out: Path, poll_s: float, partition: str | 
         return 130
     progress.close()
     line, all_ok = summary(entries, plan, out)
-    print(line, flush=True)
+    print(printable(line), flush=True)
     return 0 if all_ok else 1
 
 
@@ -268,11 +269,13 @@ def status_main(out: Path) -> int:
     try:
         rows, problem = status_rows(out)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"scalescope status: error: {exc}", file=sys.stderr)
+        print(printable(f"scalescope status: error: {exc}"), file=sys.stderr)
         return 1
     header = ("run", "status", "job", "SLURM state", "wall", "note")
-    table = [(r["run_id"], r["status"], r["job_id"] or "-", r["slurm_state"] or "-",
-              "-" if r["wall_s"] is None else fmt_seconds(float(r["wall_s"])), (r["note"] or "")[:60])
+    # every cell may come from a file (a log tail's last line, a manifest's run id): escaped
+    table = [tuple(printable(x) for x in (
+                 r["run_id"], r["status"], r["job_id"] or "-", r["slurm_state"] or "-",
+                 "-" if r["wall_s"] is None else fmt_seconds(float(r["wall_s"])), (r["note"] or "")[:60]))
              for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=False)]
     for line in (header, *table):
@@ -280,8 +283,8 @@ def status_main(out: Path) -> int:
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    print(f"{len(rows)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    print(printable(f"{len(rows)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))))
     if problem:
-        print(f"scalescope status: warning: the scheduler could not be asked ({problem}); "
-              "states are the recorded ones", file=sys.stderr)
+        print(printable(f"scalescope status: warning: the scheduler could not be asked ({problem}); "
+                        "states are the recorded ones"), file=sys.stderr)
     return 0

@@ -37,6 +37,7 @@ from instrumentation.experiment import (
     run_env,
 )
 from instrumentation.manifest import write_json_atomic
+from instrumentation.progress import printable
 
 __all__ = [
     "BACKENDS",
@@ -110,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _error(msg: str) -> int:
-    print(f"scalescope sweep: error: {msg}", file=sys.stderr)
+    print(printable(f"scalescope sweep: error: {msg}"), file=sys.stderr)
     return 2
 
 
@@ -302,7 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m instrumentation.sweep",
                                      description=(__doc__ or "").strip().splitlines()[0])
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    try:
+        return run(parser.parse_args(argv))
+    except KeyboardInterrupt:  # one line, as `scalescope sweep` (analysis.cli) says it
+        print("scalescope sweep: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ import pytest
 
 pytest.importorskip("dask_jobqueue")
 distributed = pytest.importorskip("distributed")
+# Dask workers started as jobs of a real SLURM cluster (CI runs it; a local `make test`
+# leaves it out)
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "data" / "sample_sweep"

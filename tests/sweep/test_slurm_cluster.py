@@ -27,6 +27,9 @@ from instrumentation.experiment import Experiment, RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("torch")
+# real training jobs through a real scheduler, one of them held until its one-minute limit
+# kills it: minutes of both cores (CI runs it; a local `make test` leaves it out)
+pytestmark = pytest.mark.slow
 
 # Records a run (instrumentation.init) and sleeps until the scheduler stops it.
 SLEEPER = """
