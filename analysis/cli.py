@@ -339,8 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_command(argv: Sequence[str] | None = None, *, prefix: Sequence[str] = ()) -> int:
-    """:func:`main` with ``prefix`` put before the arguments (``python -m analysis.report``
-    runs ``run_command(prefix=["report"])``)."""
+    """:func:`main` with ``prefix`` put before the arguments (``prefix=["report"]`` runs
+    ``scalescope report`` with ``argv``)."""
     # first of all, before the parser imports the subcommands (pandas, plotly): from here
     # on a Ctrl-C is one line and exit status 130, whatever is running
     previous = _install_sigint()

@@ -11,6 +11,7 @@ from analysis import readers
 from analysis.atomic import replacing
 from analysis.errors import ScalescopeError, recording
 from analysis.export import write_csv
+from instrumentation.progress import printable
 
 
 def _write(df: pd.DataFrame, dest: Path, to: str) -> Path:
@@ -58,11 +59,11 @@ def main(paths: list[str], *, to: str = "parquet", out: str | None = None, forma
             with recording() as caught:
                 written = convert_one(p, to=to, out=out, format=format)
             for w in caught:
-                print(f"warning: {w.message}", file=sys.stderr)
+                print(printable(f"warning: {w.message}"), file=sys.stderr)
             for w in written:
                 n = len(pd.read_parquet(w) if to == "parquet" else pd.read_csv(w))
-                print(f"{p} -> {w} ({n:,} rows)")
+                print(printable(f"{p} -> {w} ({n:,} rows)"))
         except ScalescopeError as exc:
             failures += 1
-            print(f"error: {exc}", file=sys.stderr)
+            print(printable(f"error: {exc}"), file=sys.stderr)
     return 1 if failures else 0

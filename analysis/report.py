@@ -848,15 +848,3 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"report written to {page}")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python -m analysis.report EXPERIMENT_DIR [--out DIR] [--no-static]``,
-    the same as ``scalescope report`` (one line on errors and on Ctrl-C)."""
-    from analysis import cli
-
-    return cli.run_command(argv, prefix=["report"])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

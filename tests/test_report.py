@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import report
+from analysis import cli, report
 from analysis.export import find_browser
 from analysis.runset import RunSet
 
@@ -86,11 +86,11 @@ def test_report_without_browser_still_writes_html(exp, tmp_path, monkeypatch):
 
 
 def test_report_command_line(exp, tmp_path, capsys):
-    rc = report.main([str(exp), "--out", str(tmp_path / "cli"), "--no-static"])
+    rc = cli.main(["report", str(exp), "--out", str(tmp_path / "cli"), "--no-static"])
     assert rc == 0
     assert (tmp_path / "cli" / "index.html").is_file()
     assert "report written to" in capsys.readouterr().out
-    assert report.main([str(tmp_path / "nowhere"), "--no-static"]) == 1
+    assert cli.main(["report", str(tmp_path / "nowhere"), "--no-static"]) == 1
 
 
 def test_report_default_out_dir(exp, tmp_path):

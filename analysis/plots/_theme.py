@@ -125,7 +125,7 @@ def time_axis(values: Sequence[float] | pd.Series) -> tuple[str, float]:
     return ("s", 1.0) if len(v) and float(np.median(v)) >= 10.0 else ("ms", 1e3)
 
 
-def _need(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
+def require_columns(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise ScalescopeError(f"{what} needs column(s) {missing}; the table has {list(df.columns)}")
@@ -147,7 +147,7 @@ def _part(col: str, v: object, *, added: bool) -> str:
     return f"bs {v}" if added and col == "batch_size" else str(v)
 
 
-def _groups(df: pd.DataFrame, by: str | Sequence[str] | None, *, x: str | None = None):
+def groups(df: pd.DataFrame, by: str | Sequence[str] | None, *, x: str | None = None):
     """(label, rows) per group; ``by`` may name several columns (label ``"a · b"``). A batch
     size column with several values always splits the groups (label ``"... · bs 75"``),
     unless it is the x axis ``x``."""
@@ -165,13 +165,13 @@ def _groups(df: pd.DataFrame, by: str | Sequence[str] | None, *, x: str | None =
         yield " · ".join(_part(c, k, added=c not in asked) for c, k in zip(cols, key, strict=True)), g
 
 
-def _group_label(row: pd.Series, by: str | Sequence[str] | None) -> str | None:
+def group_label(row: pd.Series, by: str | Sequence[str] | None) -> str | None:
     cols = [by] if isinstance(by, str) else list(by or ())
     cols = [c for c in cols if c in row.index]
     return " · ".join("–" if pd.isna(row[c]) else str(row[c]) for c in cols) if cols else None
 
 
-def _bar_labels(df: pd.DataFrame, x: str, by: str | None) -> list[str]:
+def bar_labels(df: pd.DataFrame, x: str, by: str | None) -> list[str]:
     """One category label per row: ``x`` (with the node count), preceded by ``by`` when it
     varies and by the batch size when it varies (never two rows on one bar)."""
     many = by is not None and by in df.columns and df[by].nunique(dropna=False) > 1
@@ -187,7 +187,7 @@ def _bar_labels(df: pd.DataFrame, x: str, by: str | None) -> list[str]:
     return labels
 
 
-def _vlines(fig: go.Figure, boundaries: pd.DataFrame | None, *, cols: Sequence[int] = (1,), row: int = 1) -> None:
+def node_lines(fig: go.Figure, boundaries: pd.DataFrame | None, *, cols: Sequence[int] = (1,), row: int = 1) -> None:
     if boundaries is None or boundaries.empty:
         return
     for _, b in boundaries.iterrows():
@@ -220,7 +220,7 @@ CAUSE_LABELS: dict[str, str] = {
 }
 
 
-def _config_label(row: object, by: Sequence[str]) -> str:
+def config_label(row: object, by: Sequence[str]) -> str:
     parts = []
     for c in by:
         v = getattr(row, c, None)

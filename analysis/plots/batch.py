@@ -12,10 +12,10 @@ from plotly.subplots import make_subplots
 from analysis.errors import ScalescopeError
 from analysis.plots._theme import (
     PALETTE,
-    _groups,
-    _need,
     apply_theme,
+    groups,
     hover,
+    require_columns,
     time_axis,
 )
 
@@ -24,10 +24,10 @@ def plot_batch_size(table: pd.DataFrame, *, by: str = "config_backend",
                     title: str = "Epoch time against batch size") -> go.Figure:
     """Epoch time (s) against the per-rank batch size, with min-max bars
     (:func:`analysis.metrics.batch.batch_size_epoch_time`)."""
-    _need(table, ["batch_size", "epoch_time_s"], "plot_batch_size")
+    require_columns(table, ["batch_size", "epoch_time_s"], "plot_batch_size")
     fig = go.Figure()
     unit, k = time_axis(table["epoch_time_s"])
-    for key, g in _groups(table, by, x="batch_size"):
+    for key, g in groups(table, by, x="batch_size"):
         g = g.sort_values("batch_size")
         err = {}
         if {"epoch_time_min_s", "epoch_time_max_s"} <= set(g.columns):
@@ -48,7 +48,7 @@ def plot_validation(curves: pd.DataFrame, *, x: str = "epoch", metric: str = "va
     """Validation metric against epochs (``x="epoch"``) or wall time (``x="wall_s"``), one
     line per run labelled by its global batch size
     (:func:`analysis.metrics.batch.validation_curves`)."""
-    _need(curves, ["run_id", x, metric], "plot_validation")
+    require_columns(curves, ["run_id", x, metric], "plot_validation")
     if x not in ("epoch", "wall_s"):
         raise ScalescopeError("x must be 'epoch' or 'wall_s'")
     fig = go.Figure()
@@ -74,9 +74,9 @@ def plot_input_size(table: pd.DataFrame, *, by: str | Sequence[str] = ("config_b
     out of memory are marked with a cross on the axis, and the memory limit
     (:func:`analysis.metrics.sizes.memory_limit`) as a dashed line
     (:func:`analysis.metrics.sizes.input_size_table`)."""
-    _need(table, ["size", "throughput_samples_per_s", "n_oom"], "plot_input_size")
+    require_columns(table, ["size", "throughput_samples_per_s", "n_oom"], "plot_input_size")
     fig = go.Figure()
-    for i, (key, g) in enumerate(_groups(table, by)):
+    for i, (key, g) in enumerate(groups(table, by)):
         g = g.sort_values("size")
         colour = PALETTE[i % len(PALETTE)]
         name = str(key) if key is not None else "measured"
@@ -106,9 +106,9 @@ def plot_batch_speedup(table: pd.DataFrame, *, by: str = "config_backend",
                        title: str = "Speedup over the reference batch at one rank") -> go.Figure:
     """Epoch-time speedup against the per-rank batch size (log x), 1 at the reference
     batch (:func:`analysis.metrics.batch.batch_speedup`)."""
-    _need(table, ["batch_size", "speedup"], "plot_batch_speedup")
+    require_columns(table, ["batch_size", "speedup"], "plot_batch_speedup")
     fig = go.Figure()
-    for key, g in _groups(table, by, x="batch_size"):
+    for key, g in groups(table, by, x="batch_size"):
         g = g.sort_values("batch_size")
         fig.add_trace(go.Scatter(x=g["batch_size"].tolist(), y=g["speedup"].tolist(), mode="lines+markers",
                                  name=str(key) if key is not None else "measured",
@@ -123,7 +123,7 @@ def plot_batch_speedup(table: pd.DataFrame, *, by: str = "config_backend",
 def plot_equal_batch(table: pd.DataFrame, *, title: str = "The same global batch on 1 and on N ranks") -> go.Figure:
     """Epoch time (s, left) and final validation loss (right, log) of each way to reach a
     global batch (:func:`analysis.metrics.batch.equal_batch_comparison`)."""
-    _need(table, ["global_batch_size", "n_ranks", "batch_size", "epoch_time_s", "final_val_loss"],
+    require_columns(table, ["global_batch_size", "n_ranks", "batch_size", "epoch_time_s", "final_val_loss"],
           "plot_equal_batch")
     t = table.sort_values(["global_batch_size", "n_ranks"])
     lr = t["lr_scaling"].astype(str) if "lr_scaling" in t.columns else pd.Series("", index=t.index)
@@ -156,12 +156,12 @@ def plot_lr_curves(table: pd.DataFrame, *, x: str = "epoch", metric: str = "val_
     band over repeats (:func:`analysis.metrics.batch.lr_rule_curves`); ``budget_s`` draws a
     fixed time budget."""
     med, lo, hi = f"{metric}_median", f"{metric}_min", f"{metric}_max"
-    _need(table, ["epoch", "wall_s_median", med, lo, hi], "plot_lr_curves")
+    require_columns(table, ["epoch", "wall_s_median", med, lo, hi], "plot_lr_curves")
     if x not in ("epoch", "wall_s"):
         raise ScalescopeError("x must be 'epoch' or 'wall_s'")
     xcol = "epoch" if x == "epoch" else "wall_s_median"
     fig = go.Figure()
-    for i, (key, g) in enumerate(_groups(table, by)):
+    for i, (key, g) in enumerate(groups(table, by)):
         g = g.sort_values("epoch")
         colour = PALETTE[i % len(PALETTE)]
         dash = ("solid", "dash", "dot")[i // len(PALETTE) % 3]  # more lines than colours

@@ -15,10 +15,10 @@ from analysis.plots._theme import (
     PALETTE,
     RANKS_TITLE,
     TIMELINE_COLOURS,
-    _bar_labels,
-    _need,
     apply_theme,
+    bar_labels,
     hover,
+    require_columns,
 )
 
 
@@ -33,9 +33,9 @@ def plot_breakdown(table: pd.DataFrame, *, x: str = "n_ranks", by: str | None = 
         the ``*_frac`` share columns); one bar per row.
     """
     comps = ["data", "forward", "backward", "sync_exposed", "optimizer", "other"]
-    _need(table, [x, *[f"{c}_frac" for c in comps]], "plot_breakdown")
+    require_columns(table, [x, *[f"{c}_frac" for c in comps]], "plot_breakdown")
     t = table.sort_values([c for c in (by, "batch_size", x) if c and c in table.columns])
-    labels = _bar_labels(t, x, by)
+    labels = bar_labels(t, x, by)
     fig = go.Figure()
     for c in comps:
         fig.add_trace(go.Bar(name=COMPONENT_LABELS[c], x=labels, y=(t[f"{c}_frac"] * 100).tolist(),
@@ -43,7 +43,7 @@ def plot_breakdown(table: pd.DataFrame, *, x: str = "n_ranks", by: str | None = 
                              hovertemplate="<b>%{x}</b><br>" + COMPONENT_LABELS[c]
                                            + ": %{y:.1f} % of the step<extra></extra>"))
     fig.update_layout(barmode="stack", title=title)
-    many = by is not None and by in t.columns and t[by].nunique(dropna=False) > 1  # as _bar_labels
+    many = by is not None and by in t.columns and t[by].nunique(dropna=False) > 1  # as bar_labels
     fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if many else RANKS_TITLE, type="category",
                      tickangle=-35 if many else 0)
     fig.update_yaxes(title_text="share of step time (%)", range=[0, 100])
@@ -54,7 +54,7 @@ def plot_gpu_breakdown(table: pd.DataFrame, *, title: str = "GPU time per rank (
     """Stacked bars of computation, communication, memory and idle shares (%) per rank
     (:func:`analysis.metrics.breakdown.gpu_time_breakdown`)."""
     comps = ["compute", "comm", "memory", "idle"]
-    _need(table, ["run_id", "rank", *[f"{c}_frac" for c in comps]], "plot_gpu_breakdown")
+    require_columns(table, ["run_id", "rank", *[f"{c}_frac" for c in comps]], "plot_gpu_breakdown")
     t = table.sort_values(["run_id", "rank"])
     many = t["run_id"].nunique() > 1
     labels = [f"{r.run_id} · rank {r.rank}" if many else f"rank {r.rank}" for r in t.itertuples()]
@@ -76,7 +76,7 @@ def plot_allreduce_activity(table: pd.DataFrame, *, title: str = "Horovod allred
     (:func:`analysis.metrics.breakdown.horovod_allreduce`)."""
     parts = [("negotiate_s", "negotiation"), ("memcpy_s", "fusion-buffer copies"), ("collective_s", "collective"),
              ("wait_s", "waiting"), ("overlap_backward_s", "overlapped with backward"), ("exposed_s", "exposed")]
-    _need(table, ["run_id", *[p for p, _ in parts]], "plot_allreduce_activity")
+    require_columns(table, ["run_id", *[p for p, _ in parts]], "plot_allreduce_activity")
     fig = go.Figure()
     for col, name in parts:
         fig.add_trace(go.Bar(name=name, x=table["run_id"].astype(str).tolist(), y=(table[col] * 1e3).tolist(),
@@ -91,9 +91,9 @@ def plot_compute_update(table: pd.DataFrame, *, by: str = "config_backend",
                         title: str = "Compute against weight update per step") -> go.Figure:
     """Stacked bars per rank count: forward+backward, optimizer and exposed sync time per
     step (ms) (:func:`analysis.metrics.memory.compute_update_breakdown`)."""
-    _need(table, ["n_ranks", "compute_per_step_s", "update_per_step_s", "sync_per_step_s"], "plot_compute_update")
+    require_columns(table, ["n_ranks", "compute_per_step_s", "update_per_step_s", "sync_per_step_s"], "plot_compute_update")
     t = table.sort_values([c for c in (by, "batch_size", "n_ranks") if c in table.columns])
-    labels = _bar_labels(t, "n_ranks", by)
+    labels = bar_labels(t, "n_ranks", by)
     fig = go.Figure()
     for col, name, colour in (("compute_per_step_s", "forward + backward", COMPONENT_COLOURS["backward"]),
                               ("update_per_step_s", "optimizer (weight update)", COMPONENT_COLOURS["optimizer"]),
@@ -122,7 +122,7 @@ def plot_timeline(events: pd.DataFrame, *, steps: Sequence[int] | None = None, m
         The steps to show; default the first ``max_steps`` steps after the first one (the
         first step includes warm-up).
     """
-    _need(events, ["run_id", "rank", "name", "kind", "cat", "start_ns", "dur_ns", "step"], "plot_timeline")
+    require_columns(events, ["run_id", "rank", "name", "kind", "cat", "start_ns", "dur_ns", "step"], "plot_timeline")
     if events["run_id"].nunique() > 1:
         raise ScalescopeError("plot_timeline shows one run; filter the events to a single run_id first")
     ph = events[(events["kind"] == "phase") & events["step"].notna() & (events["name"] != "epoch")]

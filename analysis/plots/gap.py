@@ -13,9 +13,9 @@ from analysis.errors import ScalescopeError
 from analysis.plots._theme import (
     CAUSE_COLOURS,
     CAUSE_LABELS,
-    _config_label,
-    _need,
     apply_theme,
+    config_label,
+    require_columns,
 )
 
 #: Short names of the waterfall's bars (the axis of each small panel).
@@ -31,7 +31,7 @@ def plot_scaling_loss(loss: pd.DataFrame, *, by: Sequence[str] = ("config_backen
     to the gap). Every bar is labelled with its value; hovering names the cause and the unit."""
     from analysis.metrics.gap import CAUSES
 
-    _need(loss, ["n_ranks", "ideal_step_s", "measured_step_s", *CAUSES], "plot_scaling_loss")
+    require_columns(loss, ["n_ranks", "ideal_step_s", "measured_step_s", *CAUSES], "plot_scaling_loss")
     by = [c for c in by if c in loss.columns]
     rows = loss[loss["n_ranks"] > 1].sort_values([*by, "n_ranks"])
     if rows.empty:
@@ -39,7 +39,7 @@ def plot_scaling_loss(loss: pd.DataFrame, *, by: Sequence[str] = ("config_backen
     n = len(rows)
     ncols = 1 if n == 1 else 2
     nrows = math.ceil(n / ncols)
-    names = [f"{_config_label(r, by)}, {int(r.n_ranks)} ranks" for r in rows.itertuples(index=False)]
+    names = [f"{config_label(r, by)}, {int(r.n_ranks)} ranks" for r in rows.itertuples(index=False)]
     fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=names, horizontal_spacing=0.12,
                         vertical_spacing=130 / (320 * nrows) if nrows > 1 else 0.1)
     cats = ["ideal", *(_SHORT[c[:-2]] for c in CAUSES), "measured"]
@@ -87,10 +87,10 @@ def plot_lost_speedup(loss: pd.DataFrame, *, by: Sequence[str] = ("config_backen
     to 100 %) (:func:`analysis.metrics.gap.scaling_loss`)."""
     from analysis.metrics.gap import CAUSES
 
-    _need(loss, ["n_ranks", "measured_step_s", "efficiency", *CAUSES], "plot_lost_speedup")
+    require_columns(loss, ["n_ranks", "measured_step_s", "efficiency", *CAUSES], "plot_lost_speedup")
     by = [c for c in by if c in loss.columns]
     t = loss.sort_values([*by, "n_ranks"], ascending=False)
-    y = [f"{_config_label(r, by)}, {int(r.n_ranks)} rank{'s' if r.n_ranks != 1 else ''}"
+    y = [f"{config_label(r, by)}, {int(r.n_ranks)} rank{'s' if r.n_ranks != 1 else ''}"
          for r in t.itertuples(index=False)]
     fig = go.Figure()
     fig.add_trace(go.Bar(name="efficiency reached", y=y, x=(100 * t["efficiency"]).tolist(), orientation="h",

@@ -12,13 +12,13 @@ from plotly.subplots import make_subplots
 
 from analysis.plots._theme import (
     PALETTE,
-    _group_label,
-    _groups,
-    _need,
-    _vlines,
     apply_theme,
+    group_label,
+    groups,
     hover,
+    node_lines,
     rank_axis,
+    require_columns,
     time_axis,
 )
 
@@ -46,11 +46,11 @@ def plot_scaling(
     by
         Column(s) that make one line each, e.g. ``("partition", "config_backend")``.
     """
-    _need(table, ["n_ranks", "speedup", "efficiency_frac", "baseline_n_ranks"], "plot_scaling")
+    require_columns(table, ["n_ranks", "speedup", "efficiency_frac", "baseline_n_ranks"], "plot_scaling")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup against the baseline", "efficiency"),
                         horizontal_spacing=0.16)
     n_all = np.sort(table["n_ranks"].dropna().unique().astype(float))
-    for i, (key, g) in enumerate(_groups(table, by)):
+    for i, (key, g) in enumerate(groups(table, by)):
         g = g.sort_values("n_ranks")
         colour = PALETTE[i % len(PALETTE)]
         name = str(key) if key is not None else "measured"
@@ -75,7 +75,7 @@ def plot_scaling(
         for _, f in fit.iterrows():
             if not np.isfinite(f["slope_per_rank"]):
                 continue
-            group = _group_label(f, by)
+            group = group_label(f, by)
             label = f"fit {group}" if group else "fit"
             ci = ""
             if np.isfinite(f.get("slope_ci_low", np.nan)):
@@ -84,7 +84,7 @@ def plot_scaling(
             fig.add_trace(go.Scatter(x=xs.tolist(), y=(f["intercept"] + f["slope_per_rank"] * xs).tolist(),
                                      mode="lines", line={"dash": "dash", "color": "#666666"},
                                      name=f"{label}: {f['slope_per_rank']:.2f} per rank{ci}"), row=1, col=1)
-    _vlines(fig, boundaries, cols=(1, 2))
+    node_lines(fig, boundaries, cols=(1, 2))
     fig.update_layout(title=title)
     rank_axis(fig, table["n_ranks"])
     fig.update_yaxes(title_text="speedup (×)", row=1, col=1, rangemode="tozero")
@@ -98,11 +98,11 @@ def plot_sync(table: pd.DataFrame, *, by: str = "config_backend",
     bars; the mean ``sync_exposed`` dotted when the table has it), synchronisations per
     epoch, sync time per epoch (``sync_total``, ms)
     (:func:`analysis.metrics.sync.sync_scaling`; ``docs/metrics.md`` defines both)."""
-    _need(table, ["n_ranks", "sync_median_s", "syncs_per_epoch", "sync_per_epoch_s"], "plot_sync")
+    require_columns(table, ["n_ranks", "sync_median_s", "syncs_per_epoch", "sync_per_epoch_s"], "plot_sync")
     fig = make_subplots(rows=3, cols=1, vertical_spacing=0.1, shared_xaxes=True,
                         subplot_titles=("sync_total per synchronisation", "synchronisations per epoch",
                                         "sync_total per epoch"))
-    for i, (key, g) in enumerate(_groups(table, by)):
+    for i, (key, g) in enumerate(groups(table, by)):
         g = g.sort_values("n_ranks")
         name = str(key) if key is not None else "measured"
         colour = PALETTE[i % len(PALETTE)]
@@ -139,7 +139,7 @@ def plot_overhead(table: pd.DataFrame, *, title: str = "Framework overhead at on
     """Bars of the baseline's and each framework's one-rank epoch time (ms, or s for long
     epochs), one pair per configuration (framework and batch size: never stacked or pooled),
     labelled with the overhead in % (:func:`analysis.metrics.overhead.framework_overhead`)."""
-    _need(table, ["config_backend", "epoch_time_s", "baseline_epoch_time_s", "overhead_pct"], "plot_overhead")
+    require_columns(table, ["config_backend", "epoch_time_s", "baseline_epoch_time_s", "overhead_pct"], "plot_overhead")
     t = table.sort_values([c for c in ("config_backend", "batch_size") if c in table.columns])
     many_bs = "batch_size" in t.columns and t["batch_size"].nunique() > 1
     labels = [f"{r.config_backend}, bs {r.batch_size}" if many_bs else str(r.config_backend)
@@ -166,7 +166,7 @@ def plot_backends(table: pd.DataFrame, *, title: str = "Backend comparison") -> 
     """Grouped bars per configuration (ranks, nodes): epoch time (s, left) and
     ``sync_total`` per step (ms, right), one colour per backend
     (:func:`analysis.metrics.backend.backend_comparison`)."""
-    _need(table, ["n_ranks", "config_backend", "epoch_time_s", "sync_per_step_s"], "plot_backends")
+    require_columns(table, ["n_ranks", "config_backend", "epoch_time_s", "sync_per_step_s"], "plot_backends")
     t = table.sort_values(["n_ranks", "config_backend"])
     t = t.assign(_label=[f"{int(r.n_ranks)} ranks" + (f", {int(r.n_nodes)} nodes" if "n_nodes" in t.columns
                                                       and pd.notna(r.n_nodes) and r.n_nodes > 1 else "")
@@ -206,8 +206,8 @@ def plot_model(measured: pd.DataFrame, predicted: pd.DataFrame, *, measured_spee
     measured_speedup
         ``n_ranks`` and ``speedup`` (e.g. a scaling table).
     """
-    _need(measured, ["n_ranks", "sync_s"], "plot_model")
-    _need(predicted, ["n_ranks", "sync_pred_s"], "plot_model")
+    require_columns(measured, ["n_ranks", "sync_s"], "plot_model")
+    require_columns(predicted, ["n_ranks", "sync_pred_s"], "plot_model")
     two = measured_speedup is not None and "speedup" in predicted.columns
     fig = make_subplots(rows=1, cols=2 if two else 1,
                         subplot_titles=("sync time per step", "speedup") if two else None)
@@ -240,8 +240,8 @@ def plot_speedup_slopes(fit: pd.DataFrame, *, by: str | Sequence[str] = "partiti
     """The fitted speedup per added rank of each group (bars) with its confidence interval
     (:func:`analysis.metrics.scaling.fit_speedup`), e.g. one bar per partition as in the
     reference study's 0.45 / 0.28 / 0.38 table."""
-    _need(fit, ["slope_per_rank", "slope_ci_low", "slope_ci_high"], "plot_speedup_slopes")
-    labels = [_group_label(r, by) or "all" for _, r in fit.iterrows()]
+    require_columns(fit, ["slope_per_rank", "slope_ci_low", "slope_ci_high"], "plot_speedup_slopes")
+    labels = [group_label(r, by) or "all" for _, r in fit.iterrows()]
     fig = go.Figure(go.Bar(
         x=labels, y=fit["slope_per_rank"].tolist(), marker_color=PALETTE[0], name="slope",
         hovertemplate="<b>%{x}</b><br>speedup per added rank: %{y:.2f} ×/rank<extra></extra>",
@@ -261,12 +261,12 @@ def plot_strong_weak(table: pd.DataFrame, *, by: str | Sequence[str] = "config_b
     """Epoch time (left) against ranks with each mode's own ideal (dotted: T(n0)·n0/n for
     strong, T(n0) for weak) and efficiency (right, %)
     (:func:`analysis.metrics.sizes.strong_weak_table`)."""
-    _need(table, ["scaling", "n_ranks", "epoch_time_s_median", "ideal_epoch_time_s", "efficiency_frac"],
+    require_columns(table, ["scaling", "n_ranks", "epoch_time_s_median", "ideal_epoch_time_s", "efficiency_frac"],
           "plot_strong_weak")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("epoch time", "efficiency"), horizontal_spacing=0.12)
     cols = ["scaling", *([by] if isinstance(by, str) else list(by))]
     unit, k = time_axis(table["epoch_time_s_median"])
-    for i, (key, g) in enumerate(_groups(table, cols)):
+    for i, (key, g) in enumerate(groups(table, cols)):
         g = g.sort_values("n_ranks")
         colour = PALETTE[i % len(PALETTE)]
         name = str(key)

@@ -9,12 +9,12 @@ from plotly.subplots import make_subplots
 from analysis.errors import ScalescopeError
 from analysis.plots._theme import (
     PALETTE,
-    _groups,
-    _need,
-    _vlines,
     apply_theme,
+    groups,
     hover,
+    node_lines,
     rank_axis,
+    require_columns,
 )
 
 
@@ -29,7 +29,7 @@ def plot_device_usage(table: pd.DataFrame, *, boundaries: pd.DataFrame | None = 
                                    ("cpu_util_pct_mean", "CPU utilisation (%)"),
                                    ("rss_mib_mean", "resident memory (MiB)"))
                if m in table.columns and table[m].notna().any()]
-    _need(table, ["n_ranks", "unit"], "plot_device_usage")
+    require_columns(table, ["n_ranks", "unit"], "plot_device_usage")
     if not metrics:
         raise ScalescopeError("plot_device_usage: the table has no sampled metric columns (*_mean)")
     ncols = 1 if len(metrics) == 1 else 2
@@ -39,7 +39,7 @@ def plot_device_usage(table: pd.DataFrame, *, boundaries: pd.DataFrame | None = 
     cell = {m: (k // ncols + 1, k % ncols + 1) for k, (m, _) in enumerate(metrics)}
     unit_names = {"gpu": "per GPU", "rank": "per process", "host": "per node"}
     i = 0
-    for key, g in _groups(table, by):
+    for key, g in groups(table, by):
         for unit, gu in g.groupby("unit", sort=True):
             name = f"{key} {unit_names.get(unit, unit)}" if key is not None else unit_names.get(unit, unit)
             colour = PALETTE[i % len(PALETTE)]
@@ -59,7 +59,7 @@ def plot_device_usage(table: pd.DataFrame, *, boundaries: pd.DataFrame | None = 
         fig.update_yaxes(title_text=t, row=cell[m][0], col=cell[m][1],
                          rangemode="tozero")
     for r in range(1, nrows + 1):
-        _vlines(fig, boundaries, cols=[c for c in range(1, ncols + 1) if (r, c) in cell.values()], row=r)
+        node_lines(fig, boundaries, cols=[c for c in range(1, ncols + 1) if (r, c) in cell.values()], row=r)
     rank_axis(fig, table["n_ranks"])
     fig.update_layout(title=title)
     return apply_theme(fig, height=120 + 300 * nrows)
@@ -94,7 +94,7 @@ def _run_bars(fig: go.Figure, table: pd.DataFrame, value: pd.Series, *, what: st
 def plot_memory(table: pd.DataFrame, *, title: str = "Peak memory per rank") -> go.Figure:
     """Peak memory (MiB) of every rank, grouped by run
     (:func:`analysis.metrics.memory.peak_memory`)."""
-    _need(table, ["run_id", "rank", "peak_mem_mib"], "plot_memory")
+    require_columns(table, ["run_id", "rank", "peak_mem_mib"], "plot_memory")
     fig = go.Figure()
     kind = ""
     if "peak_mem_kind" in table.columns and table["peak_mem_kind"].nunique() == 1:
@@ -110,7 +110,7 @@ def plot_memory(table: pd.DataFrame, *, title: str = "Peak memory per rank") -> 
 def plot_stragglers(summary: pd.DataFrame, *, title: str = "Waiting for the slowest rank") -> go.Figure:
     """Mean wait per step (ms) of each rank, one bar group per run, with how often the rank
     was the last (:func:`analysis.metrics.stragglers.straggler_summary`)."""
-    _need(summary, ["run_id", "rank", "wait_mean_s", "last_frac"], "plot_stragglers")
+    require_columns(summary, ["run_id", "rank", "wait_mean_s", "last_frac"], "plot_stragglers")
     fig = go.Figure()
     flat = _run_bars(fig, summary, summary["wait_mean_s"] * 1e3, what="mean wait per step", unit="ms",
                      extra="<br>last in %{customdata:.0f} % of steps", customdata=summary["last_frac"] * 100)
@@ -124,7 +124,7 @@ def plot_stragglers(summary: pd.DataFrame, *, title: str = "Waiting for the slow
 def plot_negotiation(table: pd.DataFrame, *, title: str = "Horovod negotiation: last rank ready") -> go.Figure:
     """How late the last rank reported ready (ms) in each negotiation, coloured by which
     rank was last (:func:`analysis.metrics.stragglers.negotiation_stragglers`)."""
-    _need(table, ["tensor", "last_rank", "lag_s", "first_ready_ns"], "plot_negotiation")
+    require_columns(table, ["tensor", "last_rank", "lag_s", "first_ready_ns"], "plot_negotiation")
     fig = go.Figure()
     t0 = table["first_ready_ns"].min() if len(table) else 0
     for rank, g in table.groupby("last_rank", sort=True):
@@ -142,7 +142,7 @@ def plot_negotiation(table: pd.DataFrame, *, title: str = "Horovod negotiation: 
 def plot_gpu_lines(timeline: pd.DataFrame, *, title: str = "Each GPU of the run over time") -> go.Figure:
     """Utilisation (%), memory used (MiB) and power (W) against time, one line per GPU
     (:func:`analysis.metrics.utilization.gpu_timeline`)."""
-    _need(timeline, ["gpu", "t_s"], "plot_gpu_lines")
+    require_columns(timeline, ["gpu", "t_s"], "plot_gpu_lines")
     panels = [(m, t) for m, t in (("util_gpu_pct", "GPU utilisation (%)"), ("mem_used_mib", "memory used (MiB)"),
                                   ("power_w", "power (W)")) if m in timeline.columns and timeline[m].notna().any()]
     if not panels:
@@ -167,7 +167,7 @@ def plot_gpu_memory_phases(table: pd.DataFrame, *,
                            title: str = "GPU memory before and during training") -> go.Figure:
     """Memory used (MiB) of each GPU before training and at its peak during training
     (:func:`analysis.metrics.utilization.gpu_memory_phases`)."""
-    _need(table, ["run_id", "host", "device", "mem_before_mib", "mem_during_mib"], "plot_gpu_memory_phases")
+    require_columns(table, ["run_id", "host", "device", "mem_before_mib", "mem_during_mib"], "plot_gpu_memory_phases")
     t = table.sort_values(["run_id", "host", "device"])
     labels = [f"{r.run_id} · {r.host}:{int(r.device)}" + (f" (rank {int(r.rank)})" if "rank" in t.columns
                                                            and pd.notna(r.rank) else "") for r in t.itertuples()]
