@@ -32,7 +32,6 @@ import os
 import re
 import sys
 import warnings
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -42,6 +41,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from analysis import _io
 from analysis._io import GZIP_MAGIC, open_binary
 from analysis.errors import ReadError, RecoveryWarning
 
@@ -85,6 +85,8 @@ class Damage:
     repaired_records: int = 0
     replaced_utf8: int = 0
     not_events: int = 0
+    #: what the first record dropped as unparsable held (NUL bytes, invalid UTF-8, ...)
+    first_bad: str | None = None
     notes: list[str] = field(default_factory=list)
 
     def message(self, path: Path) -> str | None:
@@ -106,7 +108,8 @@ class Damage:
                 "backslash in a name) and were recovered by a tolerant parse"
             )
         if self.bad_records:
-            parts.append(f"{self.bad_records} record(s) could not be parsed and were dropped")
+            found = f" (the first holds {self.first_bad})" if self.first_bad else ""
+            parts.append(f"{self.bad_records} record(s) could not be parsed and were dropped{found}")
         if self.not_events:
             parts.append(f"{self.not_events} value(s) in the event array are valid JSON but not event objects "
                          "and were dropped")
@@ -185,51 +188,10 @@ def iter_blocks(path: Path, *, block_bytes: int | None = None,
 
 
 def _gunzip_blocks(path, fh, first, block_bytes, progress, task, damage) -> Iterator[bytes]:
-    d = zlib.decompressobj(wbits=31)
-    raw = first
-    produced = 0
-    read_total = len(first)
-    out: list[bytes] = []
-    out_len = 0
-    while True:
-        try:
-            piece = d.decompress(raw)
-            # a file of several gzip members (cat a.gz b.gz) continues after the first
-            while d.eof and d.unused_data:
-                rest = d.unused_data
-                if rest[:2] != GZIP_MAGIC:
-                    break
-                d = zlib.decompressobj(wbits=31)
-                piece += d.decompress(rest)
-        except zlib.error as exc:
-            raise ReadError(path, f"corrupt gzip data: {exc}") from None
-        if piece:
-            out.append(piece)
-            out_len += len(piece)
-        if out_len >= block_bytes:
-            block = b"".join(out)
-            out, out_len = [], 0
-            produced += len(block)
-            yield block
-        if progress is not None:
-            progress.update(task, completed=read_total)
-        raw = fh.read(block_bytes // 4)
-        if not raw:
-            break
-        read_total += len(raw)
-    tail = b"".join(out)
-    produced += len(tail)
-    if not d.eof:
-        msg = (f"gzip stream is truncated ({read_total:,} compressed bytes gave "
-               f"{produced:,} bytes before the end); reading what was recovered")
-        if damage is not None:
-            damage.notes.insert(0, msg)
-        else:
-            warnings.warn(f"{path}: {msg}", RecoveryWarning, stacklevel=4)
-    if produced == 0:
-        raise ReadError(path, "gzip file decompresses to nothing")
-    if tail:
-        yield tail
+    """The gzip file's content (every member: ``cat a.gz b.gz``), through :mod:`analysis._io`."""
+    on_note = None if damage is None else (lambda note: damage.notes.insert(0, note))
+    on_progress = None if progress is None else (lambda done: progress.update(task, completed=done))
+    yield from _io.iter_gunzip(path, fh, first, block_bytes, on_note=on_note, on_progress=on_progress)
 
 
 # --------------------------------------------------------------------------------------
@@ -399,6 +361,8 @@ class ChunkDecoder:
                 self.damage.lost_records += 1
             else:
                 self.damage.bad_records += 1
+                if self.damage.first_bad is None:
+                    self.damage.first_bad = _io.describe_bytes(rec_bytes)
             i += 1
         return out, consumed
 
@@ -467,6 +431,7 @@ def read_events(
     block_bytes = block_bytes or BLOCK_BYTES
     text = _Text(path, block_bytes, damage)
     text.more()
+    _io.check_encoding(bytes(text.buf[:512]), path)  # UTF-16/32: a ReadError saying so
     pos = _skip_ws(text.buf, 0)
     if text.buf[pos : pos + 3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark
         pos += 3
@@ -655,7 +620,7 @@ def _find_events(path: Path, text: _Text, pos: int) -> tuple[bytes, int]:
         if not isinstance(meta, dict):
             raise ReadError(path, "not a JSON object")
         raise ReadError(path, "JSON object has no 'traceEvents' key: not a Chrome trace")
-    header = bytes(buf[:key])
+    header = bytes(buf[pos:key])  # from the object's "{": not a byte order mark before it
     p = text.skip_ws(key + len(b'"traceEvents"'))
     if p < len(buf) and buf[p] == 0x3A:  # ":"
         p = text.skip_ws(p + 1)

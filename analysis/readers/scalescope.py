@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import schema
+from analysis import _io, schema
 from analysis._io import head, read_bytes
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import REGISTRY, default_run_id, register
@@ -114,18 +114,17 @@ def _us_to_ns(value: object, path: Path, what: str) -> int:
 
 
 def _load_records(path: Path) -> tuple[list, int, bool]:
-    """Parse the JSON array, tolerating a missing ``]`` and a half-written last record.
+    """Parse the JSON array, tolerating a missing ``]``, a half-written last record and
+    damaged records in the middle (NUL bytes, garbage: each costs its own line).
 
-    Returns ``(records, bytes_dropped, closed)``.
+    Returns ``(records, bytes_dropped, closed)``: ``bytes_dropped`` are those of a
+    half-written last record, ``closed`` whether the array was terminated.
     """
-    raw = read_bytes(path)
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:  # a damaged byte in a name: the record is kept, the byte replaced
-        before = raw.count("\ufffd".encode())
-        raw = raw.decode("utf-8", errors="replace").encode("utf-8")
-        warnings.warn(f"{path}: {raw.count(chr(0xFFFD).encode()) - before} byte sequence(s) were not valid "
-                      "UTF-8 and were replaced with U+FFFD", RecoveryWarning, stacklevel=4)
+    raw = _io.read_text_bytes(path)  # gzip of any members; UTF-16 refused; BOM removed
+    if b"\0" not in raw:
+        # a damaged byte in a name: the record is kept, the byte replaced (NUL bytes are
+        # left for the per-record parse below, which drops the record that holds them)
+        raw = _io.decode_utf8(raw, path, stacklevel=3).encode("utf-8")
     body = raw.rstrip()
     if not body.lstrip().startswith(b"["):
         raise ReadError(path, "not a scalescope trace: it does not start with a JSON array '['")
@@ -135,9 +134,13 @@ def _load_records(path: Path) -> tuple[list, int, bool]:
             if isinstance(recs, list):
                 return recs, 0, True
         except ValueError:
-            pass  # e.g. a trailing comma before ']': recover below
+            pass  # damage inside, or a trailing comma before ']': record by record below
+    lined = _records_by_line(raw, path)
+    if lined is not None:
+        return lined
+    if body.endswith(b"]"):
         body = body[:-1].rstrip()
-    # Unterminated: cut back to the end of the last complete line-record.
+    # Not one record per line (or nothing parsed): cut back to the last complete record.
     pos = len(body)
     while pos > 0:
         prefix = body[:pos].rstrip()
@@ -157,6 +160,57 @@ def _load_records(path: Path) -> tuple[list, int, bool]:
     if body.strip() == b"[":
         return [], len(raw) - len(body), False
     raise ReadError(path, "not valid JSON and no complete record could be recovered")
+
+
+def _records_by_line(raw: bytes, path: Path) -> tuple[list, int, bool] | None:
+    """The records of a trace written one per line (as the recorder writes it), line by
+    line: a line that does not parse costs that record only, and is named in a warning by
+    what it holds (NUL bytes, invalid UTF-8, text that is not JSON) and where. A last line
+    that does not parse in an unterminated array is the half-written record of a killed
+    rank. None when no line parses (not written one record per line)."""
+    recs: list = []
+    bad: list[tuple[int, int, bytes]] = []  # (offset, line number, line)
+    closed = False
+    last_bad = False
+    offset = 0
+    opened = False
+    for lineno, line in enumerate(raw.split(b"\n"), 1):
+        start = offset
+        offset += len(line) + 1
+        text = line.strip()
+        if not text:
+            continue
+        if not opened:  # the array's "[" (the caller checked it is there)
+            opened, text = True, text[1:].strip()
+            if not text:
+                continue
+        if text == b"]":
+            closed = True
+            continue
+        closed = False
+        piece = text.rstrip(b",").rstrip()
+        if piece.endswith(b"]") and not piece.endswith(b"]}"):
+            piece, closed = piece[:-1].rstrip().rstrip(b","), True
+        try:
+            if b"\0" in piece:
+                raise ValueError("NUL")
+            recs.append(json.loads(piece, parse_float=str))
+            last_bad = False
+        except (ValueError, RecursionError):
+            bad.append((start + max(line.find(piece[:1]), 0), lineno, piece))
+            last_bad = True
+    if not recs:
+        return None
+    dropped = 0
+    if last_bad and not closed:  # the record being written when the rank stopped
+        dropped = len(bad.pop()[2])
+    if bad:
+        off, lineno, piece = bad[0]
+        more = f"; {len(bad)} damaged record(s) in all" if len(bad) > 1 else ""
+        warnings.warn(f"{path}: dropped {len(bad)} record(s) that do not parse: line {lineno} holds "
+                      f"{_io.describe_bytes(piece, off)}{more}; the records before and after "
+                      "were kept", RecoveryWarning, stacklevel=4)
+    return recs, dropped, closed
 
 
 def _text(value: object) -> tuple[str, bool]:
@@ -264,8 +318,9 @@ def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
                 and r.get("name") == "scalescope_end"), None)
     if not closed or dropped:
         warnings.warn(
-            f"{path}: trace is not terminated (the rank did not finish cleanly, e.g. it was "
-            f"killed); {dropped:,} byte(s) of a half-written last record were dropped, "
+            f"{path}: trace is not terminated (the file ends before the closing ']': the rank "
+            f"did not close it, e.g. it was killed, or the file was cut); {dropped:,} byte(s) of "
+            "an incomplete last record were dropped, "
             f"{sum(1 for r in recs if isinstance(r, dict) and r.get('ph') != 'M'):,} "
             "complete event(s) kept",
             RecoveryWarning,
