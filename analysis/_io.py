@@ -355,10 +355,10 @@ def drop_nul_lines(data: bytes, path: str | Path, *, what: str = "line",
         nuls += data.count(b"\0", lo, hi)
         dropped += 1
         pos = hi
-    lines = "a line" if dropped == 1 else f"{dropped} lines"
-    warnings.warn(f"{path}: {nuls:,} byte(s) of NUL data in {lines} (the first at {_where(data, first)}); "
-                  f"dropped the damaged {what}(s) ({dropped}), kept the rest", RecoveryWarning,
-                  stacklevel=stacklevel + 1)
+    more = f", in {dropped} {what}s in all" if dropped > 1 else ""
+    warnings.warn(f"{path}: {nuls:,} byte(s) of NUL data at {_where(data, first)}{more}; dropped "
+                  f"{'that ' + what if dropped == 1 else f'those {dropped} {what}s'}, kept the rest",
+                  RecoveryWarning, stacklevel=stacklevel + 1)
     return b"".join(out)
 
 

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis._io import head, read_bytes
+from analysis._io import head, read_text
 from analysis.errors import ReadError, RecoveryWarning, SchemaError
 from analysis.readers import default_run_id, register
 
@@ -364,15 +364,14 @@ def read(path: Path, *, run_id: str | None = None) -> pd.DataFrame:
         When the file holds no NCCL line.
     """
     path = Path(path)
-    raw = read_bytes(path)
-    text = raw.decode("utf-8", errors="replace")
+    text = read_text(path)
     rows, fragments = _parse(text)
     if not rows:
         raise ReadError(path, "no NCCL debug line (host:pid:tid [dev] NCCL INFO|WARN ...) found")
     if fragments:
         warnings.warn(f"{path}: skipped {fragments} line fragment(s) without a NCCL prefix (output of several "
                       "processes interleaved mid-line)", RecoveryWarning, stacklevel=3)
-    if not raw.endswith(b"\n"):
+    if not text.endswith("\n"):
         last = text.rsplit("\n", 1)[-1]
         warnings.warn(f"{path}: the last line has no newline (log truncated?); read up to line "
                       f"{text.count(chr(10)) + 1}: {last[:80]!r}", RecoveryWarning, stacklevel=3)

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis._io import head, keep_parsed, read_bytes
+from analysis._io import decode_utf8, drop_nul_lines, head, keep_parsed, read_text_bytes
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import default_run_id, register
 
@@ -272,8 +272,8 @@ def read(
         metric, or unknown units.
     """
     path = Path(path)
-    raw = read_bytes(path)
-    text = _decode(raw)
+    raw = drop_nul_lines(read_text_bytes(path), path, what="row")
+    text = _decode(raw, path)
     try:
         rows = [r for r in csv.reader(io.StringIO(text.lstrip("\ufeff")), skipinitialspace=True) if r]
     except csv.Error as exc:
@@ -307,16 +307,17 @@ def read(
     return schema.validate_samples(df)
 
 
-def _decode(raw: bytes) -> str:
-    """UTF-8 (nvidia-smi's own), with stray invalid bytes replaced; Latin-1 for a file with
-    no valid UTF-8 multi-byte character at all (an old log whose "°" is one byte)."""
+def _decode(raw: bytes, path: Path) -> str:
+    """UTF-8 (nvidia-smi's own), with stray invalid bytes replaced (and warned); Latin-1 for
+    a file with no valid UTF-8 multi-byte character at all (an old log whose "°" is one
+    byte)."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         pass
     text = raw.decode("utf-8", errors="replace")
     if any(ord(c) > 127 and c != "\ufffd" for c in text):
-        return text
+        return decode_utf8(raw, path, stacklevel=3)
     return raw.decode("latin-1")
 
 

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io, schema
-from analysis._io import head, read_bytes
+from analysis._io import head
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import REGISTRY, default_run_id, register
 from analysis.rundir import FORMAT_VERSION as MANIFEST_VERSION
@@ -387,13 +387,9 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
     A last line cut off by a killed sampler is dropped with a :class:`RecoveryWarning`.
     """
     path = Path(path)
-    raw = read_bytes(path)
-    try:
-        text = raw.decode("utf-8", errors="strict") if raw else ""
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ReadError(path, f"not UTF-8 text: byte {exc.start} (line {line}) is {raw[exc.start:exc.start + 1]!r}; "
-                              "the samples file is damaged") from None
+    # gzip of any members, UTF-16 refused, BOM removed; a line holding NUL bytes is dropped
+    # and bytes that are not UTF-8 replaced, each named in a warning
+    text = _io.read_text(path, what="row")
     header, _, rest = text.partition("\n")
     header = header.strip()
     if header not in (_GPU_HEADER, _CPU_HEADER):
@@ -410,17 +406,21 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
         from io import StringIO
 
         try:
-            df = pd.read_csv(StringIO(rest), header=None, names=names,
-                             dtype={"host": "object"}, keep_default_na=True)
+            # a row with too many fields (damage) is skipped and counted below
+            df = pd.read_csv(StringIO(rest), header=None, names=names, dtype=object,
+                             keep_default_na=True, on_bad_lines="skip", skip_blank_lines=True)
         except (ValueError, pd.errors.ParserError) as exc:
             raise ReadError(path, f"malformed CSV rows: {exc}") from None
+        skipped = sum(1 for ln in rest.split("\n") if ln.strip()) - len(df)
     else:
         df = pd.DataFrame({c: [] for c in names})
+        skipped = 0
+    # ts_ns: integer ns; a row whose ts_ns is not one (damage) costs that row only
+    ts = pd.Series(_int_ns(df["ts_ns"]), index=df.index, dtype=object)
+    df, ts = _io.keep_parsed(df, ts, path, already_bad=max(skipped, 0),
+                             detail=" (wrong number of fields, or a ts_ns that is not an integer)")
+    ts = ts.astype("int64")
     n = len(df)
-    try:
-        ts = pd.to_numeric(df["ts_ns"], errors="raise").astype("int64")
-    except (ValueError, TypeError):
-        raise ReadError(path, "ts_ns has non-integer values") from None
     metrics = {c: pd.to_numeric(df[c], errors="coerce") for c in names
                if c in schema.SAMPLE_METRICS}
 
@@ -441,6 +441,19 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
         source="scalescope_samples",
         **{k: v.to_numpy(dtype=float) for k, v in metrics.items()},
     )
+    return out
+
+
+def _int_ns(values: pd.Series) -> list:
+    """Each value as an int64 ns (decimal digits, optional sign), or None."""
+    out: list = []
+    for v in values.tolist():
+        s = v.strip() if isinstance(v, str) else None
+        if s and s.lstrip("-").isdigit() and s.lstrip("-").isascii():
+            i = int(s)
+            out.append(i if -(2**63) <= i < 2**63 else None)
+        else:
+            out.append(None)
     return out
 
 
