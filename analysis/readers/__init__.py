@@ -483,6 +483,32 @@ def _expand(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) ->
     return out
 
 
+def _drop_duplicate_ranks(frames: list[pd.DataFrame], jobs: list) -> list[pd.DataFrame]:
+    """The frames of separate files without those that claim a rank an earlier file of the
+    same format already claimed (two traces of one rank would be counted twice), each
+    dropped with a :class:`RecoveryWarning` naming both files. Run directories are left
+    alone (their ranks are their own)."""
+    claimed: dict[tuple[str, int], Path] = {}
+    out = []
+    for df, (func, path) in zip(frames, jobs, strict=True):
+        if getattr(func, "func", None) is not read or df.empty or "rank" not in df.columns:
+            out.append(df)
+            continue
+        keys = {(str(src), int(r)) for src, r in
+                df.loc[df["rank"].notna(), ["source", "rank"]].drop_duplicates().itertuples(index=False)}
+        clash = sorted(k for k in keys if k in claimed)
+        if clash:
+            src, rank = clash[0]
+            warnings.warn(f"{path}: rank {rank} of this {src} file is also claimed by {claimed[clash[0]]}; "
+                          f"only {claimed[clash[0]]} is read (two traces of one rank would be counted "
+                          "twice: read the files of each run separately)", RecoveryWarning, stacklevel=3)
+            continue
+        for k in keys:
+            claimed[k] = path
+        out.append(df)
+    return out
+
+
 def read_many(
     paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
     *,
@@ -563,6 +589,8 @@ def read_many(
         frames = [jobs[0][0](jobs[0][1], workers=workers)]
     else:
         frames = [func(p) for func, p in jobs] if n <= 1 else scale.run_calls(jobs, workers=n)
+    if kind == "events":
+        frames = _drop_duplicate_ranks(frames, jobs)
     if unknown:
         shown = ", ".join(str(u) for u in unknown[:10])
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""

@@ -87,13 +87,18 @@ def sniff_samples(path: Path) -> bool:
 
 
 # -- trace -------------------------------------------------------------------------------------
-def _us_to_ns(value: object, path: Path, what: str) -> int:
-    """A µs value as written (string from ``parse_float=str``, or int) -> exact int ns."""
+def _us_to_ns(value: object) -> int | None:
+    """A µs value as written (string from ``parse_float=str``, or int) -> exact int ns;
+    None for anything that is not a number (a bool, null, a string, an object)."""
     if isinstance(value, bool) or value is None:
-        raise ReadError(path, f"{what} is {value!r}, expected a number of µs")
+        return None
     if isinstance(value, int):
         return value * 1000
-    s = str(value)
+    if not isinstance(value, str):  # parse_float=str: a float is its text; a JSON string is too
+        return None
+    s = value.strip()
+    if not s or not s.isascii() or s.lower() in ("nan", "inf", "infinity", "-inf", "-infinity"):
+        return None
     try:
         neg = s.startswith("-")
         if neg:
@@ -101,16 +106,24 @@ def _us_to_ns(value: object, path: Path, what: str) -> int:
         if "e" in s or "E" in s:  # not written by us; exact enough through Decimal
             from decimal import Decimal
 
-            ns = int((Decimal(s) * 1000).to_integral_value())
+            exp = Decimal(s).adjusted()  # 1e999999999: no exact product needed
+            if exp > 30:
+                ns = _NS_LIMIT  # beyond int64 ns: the caller drops it as such
+            elif exp < -30:
+                ns = 0
+            else:
+                ns = int((Decimal(s) * 1000).to_integral_value())
         else:
+            if not (whole_frac := s.replace(".", "", 1)).isdigit() or not whole_frac.isascii():
+                return None
             whole, _, frac = s.partition(".")
             frac3 = (frac + "000")[:3]
             ns = int(whole or "0") * 1000 + int(frac3)
             if len(frac) > 3 and int(frac[3]) >= 5:  # sub-ns digits: round half up
                 ns += 1
         return -ns if neg else ns
-    except ValueError:
-        raise ReadError(path, f"{what} {value!r} is not a number") from None
+    except (ValueError, ArithmeticError):  # decimal.InvalidOperation, Overflow
+        return None
 
 
 def _load_records(path: Path) -> tuple[list, int, bool]:
@@ -258,7 +271,11 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
                     "args that are not an object (ignored)", 0) + 1
             args = {}
         rcat = r.get("cat")
-        start = _us_to_ns(r.get("ts"), path, "ts")
+        start = _us_to_ns(r.get("ts"))
+        if start is None:
+            what = "a ts that is not a number of µs (dropped)"
+            notes[what] = notes.get(what, 0) + 1
+            continue
         if abs(start) >= _NS_LIMIT:
             notes["a ts beyond ±2**62 ns (dropped)"] = notes.get("a ts beyond ±2**62 ns (dropped)", 0) + 1
             continue
@@ -273,7 +290,11 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
                 notes["no dur (kept with dur 0)"] = notes.get("no dur (kept with dur 0)", 0) + 1
                 dur = 0
             else:
-                dur = _us_to_ns(r["dur"], path, "dur")
+                dur = _us_to_ns(r["dur"])
+            if dur is None:
+                what = "a dur that is not a number of µs (dropped)"
+                notes[what] = notes.get(what, 0) + 1
+                continue
             if dur < 0:
                 notes["a negative dur (set to 0)"] = notes.get("a negative dur (set to 0)", 0) + 1
             elif dur >= _NS_LIMIT:
