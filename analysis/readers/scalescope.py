@@ -529,7 +529,7 @@ def read_run_dir(
     manifest = read_manifest(run_dir)
     run_id = run_id or manifest.get("run_id") or run_dir.name
     offsets = clock_offsets(manifest)
-    ranks = {int(r["rank"]): r for r in manifest.get("ranks") or [] if "rank" in r}
+    ranks = {r["rank"]: r for r in manifest.get("ranks") or [] if type(r.get("rank")) is int}
     if kind == "samples":
         return _read_run_samples(run_dir, manifest, run_id, offsets)
     if kind != "events":
@@ -577,7 +577,7 @@ def run_dir_parts(path: str | os.PathLike[str], *, run_id: str | None = None) ->
         raise ReadError(run_dir, "not a directory")
     manifest = read_manifest(run_dir)
     run_id = run_id or manifest.get("run_id") or run_dir.name
-    ranks = {int(r["rank"]): r for r in manifest.get("ranks") or [] if "rank" in r}
+    ranks = {r["rank"]: r for r in manifest.get("ranks") or [] if type(r.get("rank")) is int}
     return _parts(run_dir, run_id, clock_offsets(manifest), ranks)
 
 
