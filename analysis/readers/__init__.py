@@ -38,7 +38,7 @@ from analysis.errors import (
 )
 
 #: Bumped whenever any reader's output changes, so cached Parquet files are not reused.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 #: Files at least this large are cached as Parquet by default.
 CACHE_MIN_BYTES = 1 << 20
 
@@ -157,9 +157,16 @@ def cache_dir() -> Path:
     return Path(base) / "scalescope"
 
 
+def _given_path(path: Path) -> str:
+    """The absolute path as given, symbolic links not followed: a reader takes the run_id
+    (and Kineto a rank) from the name it was given, so a link is a file of its own here
+    (its content is still identified through the link, by :func:`_fingerprint`)."""
+    return os.path.abspath(path)
+
+
 def _cache_key(path: Path, reader: Reader, run_id: str | None) -> str:
     """The cache slot of (file, reader, run_id); which content it holds is checked apart."""
-    key = "|".join(map(str, (path.resolve(), reader.name, reader.version, CACHE_VERSION, run_id)))
+    key = "|".join(map(str, (_given_path(path), reader.name, reader.version, CACHE_VERSION, run_id)))
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -339,7 +346,7 @@ def read(
     if not use_cache:
         return _parse(path, reader, run_id, options)
     slot = _cache_key(path, reader, run_id)
-    ident = {"path": str(path.resolve()), "reader": reader.name, "version": reader.version,
+    ident = {"path": _given_path(path), "reader": reader.name, "version": reader.version,
              "cache_version": CACHE_VERSION, "run_id": run_id, "source": _fingerprint(path)}
     hit = _cache_lookup(slot, ident, reader)
     if hit is not None:
