@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis._io import read_bytes, read_text_bytes
+from analysis._io import describe_bytes, read_text_bytes
 from analysis.errors import ReadError, RecoveryWarning
 
 __all__ = [
@@ -328,19 +328,25 @@ def _empty_epochs() -> pd.DataFrame:
 def _epoch_rows(f: Path) -> list[dict]:
     if not f.stat().st_size:  # a rank that never finished an epoch, or a file that lost its data
         raise ReadError(f, "file is empty (0 bytes): no epoch metrics")
-    lines = read_bytes(f).split(b"\n")
+    lines = read_text_bytes(f).split(b"\n")  # gzip of any members, UTF-16 refused, BOM skipped
     rows = []
+    offset = 0
     for i, line in enumerate(lines):
+        start, offset = offset, offset + len(line) + 1
         if not line.strip():
             continue
         try:
+            if b"\0" in line:
+                raise ValueError("NUL")
             obj = json.loads(line)
         except (ValueError, RecursionError):
-            if i == len(lines) - 1:  # no newline after it: cut off while being written
+            if i == len(lines) - 1 and b"\0" not in line:  # no newline after it: cut off while written
                 warnings.warn(f"{f}: dropped a cut-off last line ({len(line)} bytes) of a run that stopped "
                               "while writing", RecoveryWarning, stacklevel=4)
                 continue
-            raise ReadError(f, f"line {i + 1} is not valid JSON") from None
+            found = describe_bytes(line, start)
+            found = f" ({found})" if "NUL" in found or "UTF-8" in found else ""
+            raise ReadError(f, f"line {i + 1} is not valid JSON{found}") from None
         if not isinstance(obj, dict):
             raise ReadError(f, f"line {i + 1} is not a JSON object")
         if "rank" not in obj:

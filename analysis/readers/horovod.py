@@ -560,8 +560,12 @@ class _Stream:
             e = recs[i]
             if e.name == "process_name" and e.pid >= 0:
                 a = e.args
-                if a.start_time_since_epoch_in_micros is not None:
-                    self.epoch_us = a.start_time_since_epoch_in_micros
+                epoch = a.start_time_since_epoch_in_micros
+                if epoch is not None:
+                    if type(epoch) is int and 0 <= epoch < 2**62 // 1000:  # epoch ns fit int64
+                        self.epoch_us = epoch
+                    else:
+                        self.count["bad_epoch"] += 1
                 if a.name is not None and pid[i] >= 0:
                     self.tensors[int(pid[i])] = a.name  # the pid of this lifetime
         rest = idx[~is_m]
@@ -879,6 +883,8 @@ _NOTES = (
     ("bad_ph", "{} record(s) of unsupported phase(s) {names} were skipped"),
     ("missing_ts", "{} record(s) without a ts were dropped"),
     ("far_ts", "{} record(s) with a ts beyond ±2**62 ns (about 146 years) were dropped"),
+    ("bad_epoch", "{} start_time_since_epoch_in_micros value(s) outside [0, 2**62 ns) were ignored "
+                  "(times are relative to the timeline's own origin)"),
     ("reused_pid", "{} process_name record(s) gave a pid that already named a tensor another name; "
                    "the records after each are that new tensor's"),
 )

@@ -231,3 +231,27 @@ def test_horovod_reused_pid_keeps_spans_under_their_tensor(tmp_path):
     got = list(zip(df["tensor"].astype(str), df["start_ns"] // 1000, df["dur_ns"] // 1000, strict=True))
     assert got == [("grad_a", 100, 100), ("grad_c", 110, 100), ("grad_b", 300, 150), ("grad_a", 500, 50)]
     assert any("2 process_name record(s) gave a pid" in m for m in msgs)
+
+
+@pytest.mark.parametrize("epoch", [2**62, -5, 2**70])
+def test_horovod_epoch_anchor_out_of_range_is_ignored_by_name(tmp_path, epoch):
+    recs = [{"name": "process_name", "ph": "M", "pid": 0,
+             "args": {"name": "grad_a", "start_time_since_epoch_in_micros": epoch}},
+            {"name": "ALLREDUCE", "ph": "B", "pid": 0, "ts": 100}, {"ph": "E", "pid": 0, "ts": 200}]
+    p = tmp_path / "timeline.json"
+    p.write_text(json.dumps(recs))
+    df, msgs = _read(p, "horovod")
+    assert df["start_ns"].tolist() == [100_000]
+    assert any("start_time_since_epoch_in_micros" in m for m in msgs)
+
+
+def test_epochs_line_with_nul_names_what_was_found(data_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(data_dir / "scalescope/ddp_gloo_np2", run)
+    f = run / "rank-00000.epochs.jsonl"
+    lines = f.read_bytes().splitlines(keepends=True)
+    f.write_bytes(lines[0][:4] + b"\0\0\0" + lines[0][4:] + b"".join(lines[1:]))
+    with pytest.raises(ReadError, match=r"line 1 is not valid JSON \(3 byte\(s\) of NUL data at offset 4\)"):
+        analysis.readers.scalescope.read_epochs(run)
+    f.write_bytes(b"\xef\xbb\xbf" + b"".join(lines))
+    assert len(analysis.readers.scalescope.read_epochs(run)) > 0
