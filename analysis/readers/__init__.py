@@ -490,15 +490,21 @@ def _expand(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) ->
     return out
 
 
+#: Formats whose file is one rank's trace (its rank read from the file): ``read_many``
+#: reads one file per rank of them.
+PER_RANK_FORMATS = ("kineto", "scalescope_trace")
+
+
 def _drop_duplicate_ranks(frames: list[pd.DataFrame], jobs: list) -> list[pd.DataFrame]:
-    """The frames of separate files without those that claim a rank an earlier file of the
-    same format already claimed (two traces of one rank would be counted twice), each
-    dropped with a :class:`RecoveryWarning` naming both files. Run directories are left
-    alone (their ranks are their own)."""
+    """The frames of separate per-rank files (:data:`PER_RANK_FORMATS`) without those that
+    claim a rank an earlier file of the same format already claimed (two traces of one rank
+    would be counted twice), each dropped with a :class:`RecoveryWarning` naming both
+    files. Run directories and whole-job files (a Horovod timeline) are left alone."""
     claimed: dict[tuple[str, int], Path] = {}
     out = []
     for df, (func, path) in zip(frames, jobs, strict=True):
-        if getattr(func, "func", None) is not read or df.empty or "rank" not in df.columns:
+        if (getattr(func, "func", None) is not read or func.keywords.get("format") not in PER_RANK_FORMATS
+                or df.empty or "rank" not in df.columns):
             out.append(df)
             continue
         keys = {(str(src), int(r)) for src, r in
