@@ -347,6 +347,18 @@ def _header(rows: list[list[str]], columns: Sequence[str] | None, path: Path,
     return header, body, targets
 
 
+def _device_index(values: pd.Series, path: Path) -> object:
+    """The ``index`` column: a GPU index is an integer in [0, 2**15); anything else (text, a
+    fraction, a negative or huge number) is left empty and counted in a warning."""
+    num = pd.to_numeric(values, errors="coerce")
+    ok = num.notna() & (num == num.round()) & (num >= 0) & (num < 2**15)
+    bad = int((~ok & values.astype(str).str.strip().ne("")).sum())
+    if bad:
+        warnings.warn(f"{path}: {bad} GPU index value(s) that are not an integer in [0, 32767] left empty",
+                      RecoveryWarning, stacklevel=5)
+    return pd.array(num.where(ok).astype("Float64").round(), dtype="Float64").astype("Int16")
+
+
 def _metrics(frame: pd.DataFrame, header: list[str], targets: list, path: Path) -> dict[str, object]:
     """The sample columns of the parsed rows: one per known metric (the first column of
     each), and ``device``."""
@@ -355,7 +367,7 @@ def _metrics(frame: pd.DataFrame, header: list[str], targets: list, path: Path) 
         if target in (None, "ts") or target in data:
             continue
         if target == "device":
-            data["device"] = pd.array(pd.to_numeric(frame[i], errors="coerce"), dtype="Int16")
+            data["device"] = _device_index(frame[i], path)
             continue
         try:
             data[target] = _values(frame[i], target, unit, path)

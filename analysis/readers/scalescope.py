@@ -442,22 +442,42 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
                              detail=" (wrong number of fields, or a ts_ns that is not an integer)")
     ts = ts.astype("int64")
     n = len(df)
-    metrics = {c: pd.to_numeric(df[c], errors="coerce") for c in names
-               if c in schema.SAMPLE_METRICS}
+    # every value checked against its column's type and range: a bad one is left empty and
+    # counted (one warning), never the whole file lost or a wrapped number kept
+    bad: dict[str, int] = {}
+
+    def _checked(col: str, lo: float, hi: float, integer: bool) -> pd.Series:
+        given = df[col].notna() & df[col].astype(str).str.strip().ne("")
+        num = pd.to_numeric(df[col], errors="coerce")
+        with np.errstate(invalid="ignore"):
+            ok = num.notna() & np.isfinite(num) & (num >= lo) & (num <= hi)
+            if integer:
+                ok &= num == num.round()
+        if int((given & ~ok).sum()):
+            bad[col] = int((given & ~ok).sum())
+        return num.where(ok)
+
+    metrics = {c: _checked(c, *((0, 100) if c.endswith("_pct") and c.startswith("util_") else
+                                (-np.inf, np.inf)), integer=False)
+               for c in names if c in schema.SAMPLE_METRICS}
 
     def _ints(col: str) -> object:
         if col not in df:
             return None
-        return pd.array(pd.to_numeric(df[col], errors="coerce").astype("Float64").round(),
+        hi = 2**31 - 1 if col == "rank" else 2**15 - 1
+        return pd.array(_checked(col, 0, hi, integer=True).astype("Float64"),
                         dtype="Float64").astype("Int64").to_numpy(dtype=object, na_value=None)
+
+    ints = {c: _ints(c) for c in ("device", "cpu_core", "rank")}
+    if bad:
+        warnings.warn(f"{path}: {sum(bad.values())} value(s) of the wrong type or out of range left empty ("
+                      + ", ".join(f"{c}: {k}" for c, k in bad.items()) + ")", RecoveryWarning, stacklevel=3)
 
     out = schema.make_samples(
         n,
         run_id=run_id or default_run_id(path),
         host=df["host"].astype(object).where(df["host"].notna(), None).tolist(),
-        device=_ints("device"),
-        cpu_core=_ints("cpu_core"),
-        rank=_ints("rank"),
+        **ints,
         ts_ns=ts.to_numpy(),
         source="scalescope_samples",
         **{k: v.to_numpy(dtype=float) for k, v in metrics.items()},

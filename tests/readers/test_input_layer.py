@@ -255,3 +255,31 @@ def test_epochs_line_with_nul_names_what_was_found(data_dir, tmp_path):
         analysis.readers.scalescope.read_epochs(run)
     f.write_bytes(b"\xef\xbb\xbf" + b"".join(lines))
     assert len(analysis.readers.scalescope.read_epochs(run)) > 0
+
+
+@pytest.mark.parametrize(("rel", "col"), [("scalescope/ddp_gloo_np2/samples-vm.csv", "rank"),
+                                          ("scalescope/ddp_gloo_np2/samples-vm.csv", "cpu_core"),
+                                          ("gpu_run/h200_ddp_nccl_np1/samples-vm.csv", "device"),
+                                          ("gpu_run/h200_ddp_nccl_np1/samples-vm.csv", "util_gpu_pct")])
+@pytest.mark.parametrize("value", ["1e30", "9223372036854775807", "-5", "abc", "1.5"])
+def test_a_sample_value_out_of_range_costs_that_value(data_dir, tmp_path, rel, col, value):
+    lines = (data_dir / rel).read_text().splitlines(keepends=True)
+    header = lines[0].strip().split(",")
+    fields = lines[2].rstrip("\n").split(",")
+    fields[header.index(col)] = value
+    p = tmp_path / "samples-vm.csv"
+    p.write_text("".join(lines[:2]) + ",".join(fields) + "\n" + "".join(lines[3:]))
+    plain, _ = _read(data_dir / rel, "scalescope_samples")
+    df, msgs = _read(p, "scalescope_samples")
+    assert len(df) == len(plain)
+    if not (col == "util_gpu_pct" and value == "1.5"):
+        assert pd.isna(df[col].iloc[1]) and any(f"{col}: 1" in m for m in msgs), msgs
+
+
+def test_nvml_gpu_index_out_of_range_is_left_empty(data_dir, tmp_path):
+    lines = (data_dir / "nvml/smi_units.csv").read_text().splitlines(keepends=True)
+    p = tmp_path / "smi.csv"
+    p.write_text(lines[0] + lines[1].replace(", 0, ", ", 1e30, ", 1) + "".join(lines[2:]))
+    df, msgs = _read(p, "nvml")
+    assert len(df) == 3 and df["device"].isna().sum() == 1
+    assert any("GPU index value(s)" in m for m in msgs)
