@@ -283,3 +283,16 @@ def test_nvml_gpu_index_out_of_range_is_left_empty(data_dir, tmp_path):
     df, msgs = _read(p, "nvml")
     assert len(df) == 3 and df["device"].isna().sum() == 1
     assert any("GPU index value(s)" in m for m in msgs)
+
+
+@pytest.mark.parametrize(("old", "new"), [("rank 0 nranks 1", "rank 99999999999999999999 nranks 1"),
+                                          ("rank 0 nranks 1", "rank 99 nranks 1")])
+def test_nccl_numbers_out_of_range_cost_their_record(data_dir, tmp_path, old, new):
+    raw = (data_dir / "nccl/h100_ddp_nccl_np1.log").read_text()
+    assert old in raw
+    p = tmp_path / "n.log"
+    p.write_text(raw.replace(old, new, 1))
+    plain, _ = _read(data_dir / "nccl/h100_ddp_nccl_np1.log", "nccl")
+    df, msgs = _read(p, "nccl")
+    assert len(df) == len(plain) - 1
+    assert any("dropped 1 record(s) with a number out of range" in m for m in msgs), msgs
