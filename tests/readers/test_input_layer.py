@@ -81,8 +81,9 @@ def test_gzip_members_bom_and_plain_give_one_frame(data_dir, tmp_path, fmt, rel)
 def test_other_encodings_are_refused_by_name(data_dir, tmp_path, fmt, rel, codec):
     text = (data_dir / rel).read_bytes().decode("utf-8")
     p = _copy(data_dir, tmp_path, rel, text.encode(codec))
-    with pytest.raises(ReadError, match=r"(UTF-16|UTF-32).*not UTF-8; convert it"):
-        analysis.read(p, fmt, cache=False)
+    for named in (fmt, None):  # sniffed: the encoding is named, not "not a format scalescope knows"
+        with pytest.raises(ReadError, match=r"(UTF-16|UTF-32).*not UTF-8; convert it"):
+            analysis.read(p, named, cache=False)
 
 
 def test_truncated_and_trailing_gzip(tmp_path):
