@@ -442,36 +442,7 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
                              detail=" (wrong number of fields, or a ts_ns that is not an integer)")
     ts = ts.astype("int64")
     n = len(df)
-    # every value checked against its column's type and range: a bad one is left empty and
-    # counted (one warning), never the whole file lost or a wrapped number kept
-    bad: dict[str, int] = {}
-
-    def _checked(col: str, lo: float, hi: float, integer: bool) -> pd.Series:
-        given = df[col].notna() & df[col].astype(str).str.strip().ne("")
-        num = pd.to_numeric(df[col], errors="coerce")
-        with np.errstate(invalid="ignore"):
-            ok = num.notna() & np.isfinite(num) & (num >= lo) & (num <= hi)
-            if integer:
-                ok &= num == num.round()
-        if int((given & ~ok).sum()):
-            bad[col] = int((given & ~ok).sum())
-        return num.where(ok)
-
-    metrics = {c: _checked(c, *((0, 100) if c.endswith("_pct") and c.startswith("util_") else
-                                (-np.inf, np.inf)), integer=False)
-               for c in names if c in schema.SAMPLE_METRICS}
-
-    def _ints(col: str) -> object:
-        if col not in df:
-            return None
-        hi = 2**31 - 1 if col == "rank" else 2**15 - 1
-        return pd.array(_checked(col, 0, hi, integer=True).astype("Float64"),
-                        dtype="Float64").astype("Int64").to_numpy(dtype=object, na_value=None)
-
-    ints = {c: _ints(c) for c in ("device", "cpu_core", "rank")}
-    if bad:
-        warnings.warn(f"{path}: {sum(bad.values())} value(s) of the wrong type or out of range left empty ("
-                      + ", ".join(f"{c}: {k}" for c, k in bad.items()) + ")", RecoveryWarning, stacklevel=3)
+    metrics, ints = _sample_values(df, names, path)
 
     out = schema.make_samples(
         n,
@@ -483,6 +454,41 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
         **{k: v.to_numpy(dtype=float) for k, v in metrics.items()},
     )
     return out
+
+
+def _sample_values(df: pd.DataFrame, names: list[str], path: Path) -> tuple[dict, dict]:
+    """``(metrics, ids)`` of the samples rows: every value checked against its column's type
+    and range; a bad one is left empty and counted (one warning), never the whole file lost
+    or a wrapped number kept."""
+    bad: dict[str, int] = {}
+
+    def checked(col: str, lo: float, hi: float, integer: bool) -> pd.Series:
+        given = df[col].notna() & df[col].astype(str).str.strip().ne("")
+        num = pd.to_numeric(df[col], errors="coerce")
+        with np.errstate(invalid="ignore"):
+            ok = num.notna() & np.isfinite(num) & (num >= lo) & (num <= hi)
+            if integer:
+                ok &= num == num.round()
+        if int((given & ~ok).sum()):
+            bad[col] = int((given & ~ok).sum())
+        return num.where(ok)
+
+    metrics = {c: checked(c, *((0, 100) if c.endswith("_pct") and c.startswith("util_") else
+                               (-np.inf, np.inf)), integer=False)
+               for c in names if c in schema.SAMPLE_METRICS}
+
+    def ids(col: str) -> object:
+        if col not in df:
+            return None
+        hi = 2**31 - 1 if col == "rank" else 2**15 - 1
+        return pd.array(checked(col, 0, hi, integer=True).astype("Float64"),
+                        dtype="Float64").astype("Int64").to_numpy(dtype=object, na_value=None)
+
+    ints = {c: ids(c) for c in ("device", "cpu_core", "rank")}
+    if bad:
+        warnings.warn(f"{path}: {sum(bad.values())} value(s) of the wrong type or out of range left empty ("
+                      + ", ".join(f"{c}: {k}" for c, k in bad.items()) + ")", RecoveryWarning, stacklevel=4)
+    return metrics, ints
 
 
 def _int_ns(values: pd.Series) -> list:
