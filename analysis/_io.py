@@ -279,9 +279,24 @@ def _wide_guess(data: bytes) -> str | None:
     return None
 
 
+#: Compressed content scalescope does not decompress: (magic, name, command that undoes it).
+_OTHER_COMPRESSION = ((GZIP_MAGIC, "gzip-compressed a second time (gzip inside gzip)", "gunzip"),
+                      (b"\xfd7zXZ\x00", "xz-compressed", "unxz"),
+                      (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd"),
+                      (b"PK\x03\x04", "a zip archive", "unzip"))
+
+
 def check_encoding(data: bytes, path: str | Path) -> None:
-    """A :class:`ReadError` when ``data`` (a text file's first bytes, decompressed) is
-    UTF-16 or UTF-32 rather than UTF-8, saying how to convert it."""
+    """A :class:`ReadError` when ``data`` (a text file's first bytes, decompressed) is not
+    UTF-8 text: UTF-16 or UTF-32 (saying how to convert it), or compressed in a way
+    scalescope does not read (bzip2, xz, zstd, zip, gzip twice: saying how to undo it)."""
+    for magic, name, tool in _OTHER_COMPRESSION:
+        if data.startswith(magic):
+            raise ReadError(path, f"the content is {name}, which scalescope does not read; decompress it "
+                            f"({tool}), or compress it with gzip")
+    if data[:3] == b"BZh" and data[4:10] == b"1AY&SY":
+        raise ReadError(path, "the content is bzip2-compressed, which scalescope does not read; decompress it "
+                        "(bunzip2), or compress it with gzip")
     for bom, name, iconv in _OTHER_BOMS:
         if data.startswith(bom):
             raise ReadError(path, f"the text is encoded as {name} (byte order mark "

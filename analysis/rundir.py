@@ -39,6 +39,7 @@ __all__ = [
     "EPOCH_COLUMNS",
     "EXPERIMENT_FORMAT",
     "EXPERIMENT_RUN_SCHEMA",
+    "EXPERIMENT_SCHEMA",
     "FORMAT_VERSION",
     "RUN_FORMAT",
     "RUN_SCHEMA",
@@ -157,6 +158,10 @@ RUN_SCHEMA: dict[str, Any] = {
               "spread_ns": ("mapping", _int(0, 2**62))},
     "comm_capture": {}, "profilers": {}, "nvtx": {}, "horovod_timeline": {},
 }
+
+#: ``experiment.json`` itself (its ``runs`` are checked entry by entry).
+EXPERIMENT_SCHEMA: dict[str, Any] = {"name": _str, "created": _str, "command": _list_of_str,
+                                     "script": _list_of_str}
 
 #: One entry of ``experiment.json``'s ``runs`` (``run_id`` is checked on its own).
 EXPERIMENT_RUN_SCHEMA: dict[str, Any] = {

@@ -375,8 +375,10 @@ def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[d
         note = _damage("experiment.json", exp_file, exc.problem,
                        "the launcher's records (status, exit code, log tail); runs found from their run.json")
         return found, [note, *damage]
+    problems: list[str] = []
+    exp = rundir.clean_fields(exp, rundir.EXPERIMENT_SCHEMA, problems)
     name = exp.get("name") or path.name
-    out, damage, listed = [], [], set()
+    out, damage, listed = [], _field_damage("experiment.json", exp_file, problems, None), set()
     for i, entry in enumerate(runs):
         rid = entry.get("run_id") if isinstance(entry, dict) else None
         if not isinstance(rid, str) or not rid or Path(rid).name != rid:

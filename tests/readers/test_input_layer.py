@@ -297,3 +297,29 @@ def test_nccl_numbers_out_of_range_cost_their_record(data_dir, tmp_path, old, ne
     df, msgs = _read(p, "nccl")
     assert len(df) == len(plain) - 1
     assert any("dropped 1 record(s) with a number out of range" in m for m in msgs), msgs
+
+
+@pytest.mark.parametrize("codec", ["gzip2", "bz2", "lzma", "zip"])
+def test_other_compression_is_named(data_dir, tmp_path, codec):
+    import bz2
+    import io
+    import lzma
+    import zipfile
+
+    raw = (data_dir / "kineto/tiny_rank1.pt.trace.json").read_bytes()
+    if codec == "gzip2":
+        packed = gzip.compress(gzip.compress(raw))
+    elif codec == "bz2":
+        packed = bz2.compress(raw)
+    elif codec == "lzma":
+        packed = lzma.compress(raw)
+    else:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            z.writestr("t.json", raw)
+        packed = buf.getvalue()
+    p = tmp_path / "t.pt.trace.json"
+    p.write_bytes(packed)
+    for fmt in ("kineto", None):
+        with pytest.raises(ReadError, match="which scalescope does not read; decompress it"):
+            analysis.read(p, fmt, cache=False)
