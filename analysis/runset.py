@@ -79,8 +79,8 @@ RUN_COLUMNS: dict[str, str] = {
 }
 
 #: The damaged or missing parts of an experiment (:attr:`RunSet.damaged`): ``run_id`` (None
-#: for the experiment as a whole), ``part`` (``run directory``, ``run.json``,
-#: ``experiment.json``, ``events``, ``samples``, ``epochs``, ``rank_devices``), ``path``,
+#: for the experiment as a whole), ``part`` (``run directory``, ``run.json``, ``run.json
+#: fields``, ``experiment.json``, ``events``, ``samples``, ``epochs``, ``rank_devices``), ``path``,
 #: ``reason`` and ``excluded`` (the data left out because of it).
 DAMAGE_COLUMNS: dict[str, str] = {
     "run_id": "object",
