@@ -704,11 +704,44 @@ def _decode_meta(header: bytes, rest: bytes, damage: Damage) -> dict | None:
     return {}
 
 
+def _after_the_end(rest: bytes, cands: list[int], container: str, header: bytes, decoder: ChunkDecoder,
+                   ) -> tuple[list, dict | None, bytes, int] | None:
+    """``(records, metadata, junk, where the array closes)`` when ``rest`` holds the end of
+    a closed event array (and, for an object, its closing keys) whose records all decode,
+    followed by junk; None otherwise. The latest such end is taken."""
+    for p in reversed(cands):
+        try:
+            recs = decoder._decode_array(rest[:p]) if rest[:p].strip(_WS) else []
+        except msgspec.DecodeError:
+            continue
+        trailer = rest[p + 1:]
+        if container == "array":
+            return recs, None, trailer.strip(_WS), p
+        close = -1
+        for _ in range(64):  # the object's closing brace: the first "}" after which it decodes
+            close = trailer.find(b"}", close + 1)
+            if close < 0:
+                break
+            try:
+                meta = msgspec.json.decode(header + b'"traceEvents": []' + trailer[:close + 1])
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                continue
+            meta = meta if isinstance(meta, dict) else {}
+            meta.pop("traceEvents", None)
+            return recs, meta, trailer[close + 1:].strip(_WS), p
+    return None
+
+
 def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkDecoder,
             on_chunk) -> dict | None:
     """Decode the last part of the array, find its end, and the object's trailing keys."""
     damage = decoder.damage
     rest = buf[pos:]
+    padded = rest.rstrip(_WS + b"\0")
+    if b"\0" in rest[len(padded):]:  # zero fill after the end (a crash on an extended file)
+        damage.notes.append(f"{rest.count(0, len(padded)):,} byte(s) of NUL data after the end of the trace "
+                            "were ignored")
+        rest = padded
     end = len(rest.rstrip(_WS))
     # 1. a properly closed array: "]" right after a record's "}" (or an empty array);
     # try the candidates from the end (keys after the array may hold "]" in strings)
@@ -745,7 +778,17 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
         if recs:
             on_chunk(recs, body)
         return meta
-    # 2. unterminated or cut off: keep every complete record
+    # 2. a closed array whose records all decode, followed by bytes that are not the end of
+    # the file's JSON (junk appended after the end): the trace is whole; the junk is named
+    junk = _after_the_end(rest[:end], cands[-64:], container, header, decoder)
+    if junk is not None:
+        recs, meta, tail, at = junk
+        if recs:
+            on_chunk(recs, rest[:at])
+        damage.notes.append(f"{len(tail):,} byte(s) after the end of the trace ({_io.describe_bytes(tail)}) "
+                            "were ignored")
+        return meta
+    # 3. unterminated or cut off: keep every complete record
     damage.unterminated = True
     body = rest[:end]
     stripped = body.rstrip(_WS + b",]")
@@ -767,7 +810,7 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
         if recs:
             on_chunk(recs, stripped[: p + 1])
         return _decode_meta(header, b"}", damage) if container == "object" else None
-    # 3. damaged records near the end: record by record
+    # 4. damaged records near the end: record by record
     recs, _ = decoder.tolerant(stripped, final=True)
     if recs:
         on_chunk(recs, stripped)

@@ -134,6 +134,11 @@ def _load_records(path: Path) -> tuple[list, int, bool]:
     half-written last record, ``closed`` whether the array was terminated.
     """
     raw = _io.read_text_bytes(path)  # gzip of any members; UTF-16 refused; BOM removed
+    padded = raw.rstrip(b" \t\r\n\0")
+    if b"\0" in raw[len(padded):]:  # zero fill after the end (a crash on an extended file)
+        warnings.warn(f"{path}: {raw.count(0, len(padded)):,} byte(s) of NUL data after the end of the trace "
+                      "were ignored", RecoveryWarning, stacklevel=4)
+        raw = padded + b"\n"
     if b"\0" not in raw:
         # a damaged byte in a name: the record is kept, the byte replaced (NUL bytes are
         # left for the per-record parse below, which drops the record that holds them)
@@ -187,6 +192,7 @@ def _records_by_line(raw: bytes, path: Path) -> tuple[list, int, bool] | None:
     last_bad = False
     offset = 0
     opened = False
+    after: list[tuple[int, int, bytes]] = []  # lines after the closing "]"
     for lineno, line in enumerate(raw.split(b"\n"), 1):
         start = offset
         offset += len(line) + 1
@@ -197,12 +203,14 @@ def _records_by_line(raw: bytes, path: Path) -> tuple[list, int, bool] | None:
             opened, text = True, text[1:].strip()
             if not text:
                 continue
+        if closed:
+            after.append((start, lineno, text))
+            continue
         if text == b"]":
             closed = True
             continue
-        closed = False
         piece = text.rstrip(b",").rstrip()
-        if piece.endswith(b"]") and not piece.endswith(b"]}"):
+        if piece.endswith(b"]") and not piece.endswith(b"]}") and _closes(piece):
             piece, closed = piece[:-1].rstrip().rstrip(b","), True
         try:
             if b"\0" in piece:
@@ -214,6 +222,10 @@ def _records_by_line(raw: bytes, path: Path) -> tuple[list, int, bool] | None:
             last_bad = True
     if not recs:
         return None
+    if after:
+        off, lineno, text = after[0]
+        warnings.warn(f"{path}: {sum(len(t) for _, _, t in after):,} byte(s) after the closing ']' (from line "
+                      f"{lineno}: {_io.describe_bytes(text, off)}) were ignored", RecoveryWarning, stacklevel=4)
     dropped = 0
     if last_bad and not closed:  # the record being written when the rank stopped
         dropped = len(bad.pop()[2])
@@ -224,6 +236,16 @@ def _records_by_line(raw: bytes, path: Path) -> tuple[list, int, bool] | None:
                       f"{_io.describe_bytes(piece, off)}{more}; the records before and after "
                       "were kept", RecoveryWarning, stacklevel=4)
     return recs, dropped, closed
+
+
+def _closes(piece: bytes) -> bool:
+    """Whether a line ending in ``]`` is a record followed by the array's closing bracket
+    (``{...}]``), not a record whose last value is a list."""
+    try:
+        json.loads(piece[:-1].rstrip().rstrip(b","), parse_float=str)
+        return True
+    except (ValueError, RecursionError):
+        return False
 
 
 def _text(value: object) -> tuple[str, bool]:

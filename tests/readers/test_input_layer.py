@@ -323,3 +323,17 @@ def test_other_compression_is_named(data_dir, tmp_path, codec):
     for fmt in ("kineto", None):
         with pytest.raises(ReadError, match="which scalescope does not read; decompress it"):
             analysis.read(p, fmt, cache=False)
+
+
+@pytest.mark.parametrize(("fmt", "rel"), TEXT_FIXTURES[:3], ids=IDS[:3])
+@pytest.mark.parametrize(("tail", "said"), [(b"\0" * 4096, "4,096 byte(s) of NUL data after the end"),
+                                            (b"\n\0\0\0\0", "4 byte(s) of NUL data after the end"),
+                                            (b"garbage\n", "7 byte(s) after the")])
+def test_junk_after_a_complete_trace_is_not_a_cut(data_dir, tmp_path, fmt, rel, tail, said):
+    """Zero fill after the end (a crash on an extended file) or text appended after a
+    complete trace: every record kept, the junk named, never "not terminated"/"cut off"."""
+    plain, _ = _read(data_dir / rel, fmt)
+    got, msgs = _read(_copy(data_dir, tmp_path, rel, (data_dir / rel).read_bytes() + tail), fmt)
+    pd.testing.assert_frame_equal(got, plain)
+    said_all = " ".join(msgs)
+    assert said in said_all and "not terminated" not in said_all and "cut off" not in said_all, msgs
