@@ -498,27 +498,32 @@ PER_RANK_FORMATS = ("kineto", "scalescope_trace")
 
 def _drop_duplicate_ranks(frames: list[pd.DataFrame], jobs: list) -> list[pd.DataFrame]:
     """The frames of separate per-rank files (:data:`PER_RANK_FORMATS`) without those that
-    claim a rank an earlier file of the same format already claimed (two traces of one rank
-    would be counted twice), each dropped with a :class:`RecoveryWarning` naming both
-    files. Run directories and whole-job files (a Horovod timeline) are left alone."""
-    claimed: dict[tuple[str, int], Path] = {}
+    claim a rank an earlier file of the same format already claimed over an overlapping
+    time span (the same rank's events twice would be counted twice), each dropped with a
+    :class:`RecoveryWarning` naming both files. Files of one rank over disjoint spans (a
+    profiler's trace per step) are kept; run directories and whole-job files (a Horovod
+    timeline) are left alone."""
+    claimed: dict[tuple[str, int], list[tuple[int, int, Path]]] = {}
     out = []
     for df, (func, path) in zip(frames, jobs, strict=True):
         if (getattr(func, "func", None) is not read or func.keywords.get("format") not in PER_RANK_FORMATS
-                or df.empty or "rank" not in df.columns):
+                or df.empty or "rank" not in df.columns or df["rank"].isna().all()):
             out.append(df)
             continue
+        lo = int(df["start_ns"].min())
+        hi = int((df["start_ns"] + df["dur_ns"]).max())
         keys = {(str(src), int(r)) for src, r in
                 df.loc[df["rank"].notna(), ["source", "rank"]].drop_duplicates().itertuples(index=False)}
-        clash = sorted(k for k in keys if k in claimed)
+        clash = next(((k, other) for k in sorted(keys) for (a, b, other) in claimed.get(k, [])
+                      if lo <= b and a <= hi), None)
         if clash:
-            src, rank = clash[0]
-            warnings.warn(f"{path}: rank {rank} of this {src} file is also claimed by {claimed[clash[0]]}; "
-                          f"only {claimed[clash[0]]} is read (two traces of one rank would be counted "
-                          "twice: read the files of each run separately)", RecoveryWarning, stacklevel=3)
+            (src, rank), other = clash
+            warnings.warn(f"{path}: rank {rank} of this {src} file is also claimed by {other} over an overlapping "
+                          f"time span; only {other} is read (one rank's events twice would be counted twice: "
+                          "read the files of each run separately)", RecoveryWarning, stacklevel=3)
             continue
         for k in keys:
-            claimed[k] = path
+            claimed.setdefault(k, []).append((lo, hi, path))
         out.append(df)
     return out
 

@@ -194,6 +194,19 @@ def test_read_many_never_counts_one_rank_twice(data_dir, tmp_path):
     assert set(df["run_id"].astype(str)) == {"a", "c"}
 
 
+def test_read_many_keeps_one_ranks_traces_of_disjoint_spans(data_dir, tmp_path):
+    """A profiler's trace per step: the same rank over spans that do not overlap is kept."""
+    a = _kineto(data_dir, tmp_path, "step1.json", rank=1, world_size=2)
+    later = json.loads(a.read_text())
+    later["baseTimeNanoseconds"] = later["baseTimeNanoseconds"] + 10**12  # 1000 s later
+    b = tmp_path / "step2.json"
+    b.write_text(json.dumps(later))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RecoveryWarning)
+        df = analysis.read_many([a, b], cache=False, workers=1)
+    assert set(df["run_id"].astype(str)) == {"step1", "step2"}
+
+
 # -- SQLite exports: times checked ---------------------------------------------------------------
 
 @pytest.mark.parametrize(("rel", "table"), [("nsys/synthetic.sqlite", "CUPTI_ACTIVITY_KIND_KERNEL"),
