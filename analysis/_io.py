@@ -159,12 +159,6 @@ class Gunzip:
         return "; ".join(notes) or None
 
 
-def is_gzip(path: str | Path) -> bool:
-    """Whether the (regular, readable) file starts with the gzip magic."""
-    with open_binary(path) as fh:
-        return fh.read(2) == GZIP_MAGIC
-
-
 def iter_gunzip(path: str | Path, fh: BinaryIO, first: bytes, block_bytes: int, *,
                 on_note: Callable[[str], None] | None = None,
                 on_progress: Callable[[int], None] | None = None) -> Iterator[bytes]:
