@@ -87,6 +87,8 @@ class Damage:
     not_events: int = 0
     #: what the first record dropped as unparsable held (NUL bytes, invalid UTF-8, ...)
     first_bad: str | None = None
+    #: ids (a stream or correlation in ``args``) that are not a non-negative integer
+    bad_ids: int = 0
     notes: list[str] = field(default_factory=list)
 
     def message(self, path: Path) -> str | None:
@@ -110,6 +112,9 @@ class Damage:
         if self.bad_records:
             found = f" (the first holds {self.first_bad})" if self.first_bad else ""
             parts.append(f"{self.bad_records} record(s) could not be parsed and were dropped{found}")
+        if self.bad_ids:
+            parts.append(f"{self.bad_ids} args.stream/args.correlation value(s) that are not a non-negative "
+                         "integer were left empty (a GPU row's stream is then its tid)")
         if self.not_events:
             parts.append(f"{self.not_events} value(s) in the event array are valid JSON but not event objects "
                          "and were dropped")

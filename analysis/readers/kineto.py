@@ -226,8 +226,14 @@ class _State:
         tids = [e.tid for e in keep]
         for col, values in (("pid", [e.pid for e in keep]), ("tid", tids),
                             ("corr", [a.correlation for a in args]),
-                            ("stream", [a.stream for a in args])):
+                            ("stream", [_hex_id(a.stream) for a in args])):
             out[col], out[col + "_na"] = _chrome.int_column(values)
+            if col in ("corr", "stream"):  # present but not an id: left empty, and said
+                given = np.fromiter((v is not None for v in values), bool, count=len(values))
+                bad = given & (out[col + "_na"] | (out[col] < 0))
+                if bad.any():
+                    self.damage.bad_ids += int(bad.sum())
+                    out[col + "_na"] = out[col + "_na"] | bad
         tracks = [(base + i, int(m.group(1))) for i in np.flatnonzero(out["tid_na"]).tolist()
                   if isinstance(tids[i], str) and (m := _STREAM_TID.match(tids[i]))]
         if tracks:
@@ -295,6 +301,16 @@ def _shape_bytes(dims_raw: bytes, types_raw: bytes) -> int | None:
              if isinstance(t, str) and isinstance(d, list) and d and t.lower() in CPP_TYPE_BYTES
              and all(type(x) is int and x >= 0 for x in d)]
     return sum(sizes) if sizes else None
+
+
+def _hex_id(value: Any) -> Any:
+    """A stream id as ROCm's roctracer writes it (``"0x0"``) as its integer; others as given."""
+    if isinstance(value, str) and value[:2].lower() == "0x":
+        try:
+            return int(value, 16)
+        except ValueError:
+            return value
+    return value
 
 
 #: Ranks and world sizes beyond this are not ranks (the schema's rank is 32-bit).

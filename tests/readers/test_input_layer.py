@@ -350,3 +350,17 @@ def test_junk_after_a_complete_trace_is_not_a_cut(data_dir, tmp_path, fmt, rel, 
     pd.testing.assert_frame_equal(got, plain)
     said_all = " ".join(msgs)
     assert said in said_all and "not terminated" not in said_all and "cut off" not in said_all, msgs
+
+
+@pytest.mark.parametrize("key", ["stream", "correlation"])
+@pytest.mark.parametrize("value", ["x", -1, 2**70, 1.5, [1]])
+def test_kineto_ids_that_are_not_ids_are_named(data_dir, tmp_path, key, value):
+    src = json.loads((data_dir / "kineto/tiny_rank1.pt.trace.json").read_text())
+    kernel = next(e for e in src["traceEvents"] if e.get("cat") == "kernel")
+    kernel["args"][key] = value
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(src))
+    df, msgs = _read(p, "kineto")
+    assert len(df) == len(_read(data_dir / "kineto/tiny_rank1.pt.trace.json", "kineto")[0])
+    assert any("args.stream/args.correlation value(s)" in m for m in msgs), msgs
+    assert (df["stream"].dropna() >= 0).all() and (df["correlation"].dropna() >= 0).all()
