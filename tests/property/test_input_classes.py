@@ -39,7 +39,7 @@ from analysis.runset import RunSet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
-EXAMPLES = int(os.environ.get("SCALESCOPE_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("SCALESCOPE_FUZZ_EXAMPLES", "20"))
 RANDOM = os.environ.get("SCALESCOPE_FUZZ_RANDOM") == "1"
 SETTINGS = {"deadline": None, "derandomize": not RANDOM, "database": None,
             "suppress_health_check": [HealthCheck.function_scoped_fixture]}
@@ -174,7 +174,7 @@ def small_exp(tmp_path_factory):
 
 
 @pytest.mark.timeout(300)
-@settings(max_examples=EXAMPLES * 2, **SETTINGS)
+@settings(max_examples=EXAMPLES + 10, **SETTINGS)
 @given(field=st.sampled_from(FIELDS), value=JSON)
 def test_manifest_fields_of_any_json_type(small_exp, field, value):
     f = small_exp / RUN / "run.json"
