@@ -10,6 +10,8 @@ EXP    ?= runs/demo
 PY     := $(VENV)/bin/python
 STAMPS := $(VENV)/.stamps
 PYTEST_ARGS ?=
+PORT   ?=
+NO_BROWSER ?=
 
 .PHONY: demo test setup setup-dev horovod system lint notebooks clean help
 
@@ -17,7 +19,7 @@ help:
 	@echo "make demo    - set up .venv and run the demo sweep and report into $(EXP)"
 	@echo "make test    - set up .venv with dev tools and run the whole test suite"
 	@echo "make lint    - ruff"
-	@echo "make notebooks [EXP=dir] - open JupyterLab on the notebooks, pointed at an experiment"
+	@echo "make notebooks [EXP='dir ...'] [PORT=n] [NO_BROWSER=1] - JupyterLab, every notebook on those experiments"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -68,8 +70,9 @@ lint: $(STAMPS)/dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check analysis instrumentation tests examples benchmarks scripts || true
 
+# Every notebook shows $(EXP) (one or more experiment directories); PORT and NO_BROWSER are optional.
 notebooks: setup
-	$(VENV)/bin/scalescope notebooks $(EXP)
+	$(VENV)/bin/scalescope notebooks $(EXP) $(if $(PORT),--port $(PORT)) $(if $(NO_BROWSER),--no-browser)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

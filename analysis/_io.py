@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
@@ -190,6 +191,57 @@ def iter_gunzip(path: str | Path, fh: BinaryIO, first: bytes, block_bytes: int, 
         raise ReadError(path, "gzip file decompresses to nothing")
     if out:
         yield b"".join(out)
+
+
+#: Files at least this large show a progress bar while :func:`iter_blocks` reads them (when
+#: stderr is a terminal or ``SCALESCOPE_PROGRESS=1``).
+PROGRESS_MIN_BYTES = 100 << 20
+
+
+def _progress_wanted(size: int) -> bool:
+    if size < PROGRESS_MIN_BYTES or os.environ.get("SCALESCOPE_PROGRESS") == "0":
+        return False
+    if os.environ.get("SCALESCOPE_PROGRESS") == "1":
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def iter_blocks(path: Path, block_bytes: int, *, on_note: Callable[[str], None] | None = None,
+                ) -> Iterator[bytes]:
+    """The content of ``path`` in blocks of about ``block_bytes``, gunzipped (every member)
+    when it is gzip: the streaming read of the Chrome-trace readers, with a progress bar
+    for a large file. A :class:`ReadError` for a missing, empty or unreadable file and for
+    corrupt gzip data; what a stream cut short lost goes to ``on_note`` (else is warned)."""
+    with open_binary(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        first = fh.read(block_bytes)
+        if not first:
+            raise ReadError(path, "file is empty (0 bytes)")
+        progress = task = None
+        if _progress_wanted(size):
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+            progress = Progress(f"reading {Path(path).name}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                                transient=True)
+            progress.start()
+            task = progress.add_task("read", total=size)
+        try:
+            if first[:2] == GZIP_MAGIC:
+                on_progress = None if progress is None else (lambda done: progress.update(task, completed=done))
+                yield from iter_gunzip(path, fh, first, block_bytes, on_note=on_note, on_progress=on_progress)
+                return
+            raw = first
+            while raw:
+                if progress is not None:
+                    progress.update(task, completed=fh.tell())
+                yield raw
+                raw = fh.read(block_bytes)
+        finally:
+            if progress is not None:
+                progress.stop()
 
 
 def head(path: Path, n: int = 4096) -> bytes:

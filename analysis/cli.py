@@ -144,14 +144,22 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_notebooks(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("notebooks", help="open JupyterLab on the notebooks, pointed at an experiment")
-    p.add_argument("experiment", nargs="?", default=None, help="experiment directory")
-    p.add_argument("--no-browser", action="store_true")
+    p = sub.add_parser(
+        "notebooks",
+        help="open JupyterLab on the notebooks, every one pointed at the experiments given",
+        description="Open JupyterLab on the project's notebooks. Every notebook shows the experiments "
+                    "given ($SCALESCOPE_EXPERIMENTS), unless EXPERIMENTS is set in its parameters cell; "
+                    "with none given, the bundled samples in data/. Exports go to notebooks-export/ "
+                    "next to the first experiment.",
+    )
+    p.add_argument("experiment", nargs="*", metavar="EXP", help="experiment directory (one or more)")
+    p.add_argument("--port", type=int, default=None, help="JupyterLab's port (default: its own, 8888 or the next free)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser (print the URL only)")
 
     def run(args: argparse.Namespace) -> int:
         from analysis import notebooks
 
-        return notebooks.main(args.experiment, no_browser=args.no_browser)
+        return notebooks.main(args.experiment, port=args.port, no_browser=args.no_browser)
 
     p.set_defaults(func=run)
 

@@ -8,16 +8,20 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import readers
+from analysis.atomic import replacing
 from analysis.errors import ScalescopeError, recording
+from analysis.export import write_csv
 
 
 def _write(df: pd.DataFrame, dest: Path, to: str) -> Path:
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically (:mod:`analysis.atomic`): an interrupted or failed write leaves the
+    previous file or none. CSV text cells a spreadsheet would evaluate are neutralised
+    (:func:`analysis.export.spreadsheet_safe`); Parquet keeps the values as they are."""
     if to == "parquet":
-        df.to_parquet(dest, index=False)
-    else:
-        df.to_csv(dest, index=False)
-    return dest
+        with replacing(dest) as tmp:
+            df.to_parquet(tmp, index=False)
+        return dest
+    return write_csv(df, dest)
 
 
 def convert_one(path: str | Path, *, to: str = "parquet", out: str | Path | None = None,

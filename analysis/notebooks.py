@@ -1,8 +1,22 @@
-"""``scalescope notebooks [EXPERIMENT_DIR]``: open JupyterLab on the project's notebooks.
+"""The notebooks' side of the library, and ``scalescope notebooks EXP [EXP ...]``.
 
-Every notebook's parameters cell reads ``SCALESCOPE_EXPERIMENT`` (falling back to the sample
-experiment in ``data/``), so starting JupyterLab with that variable set points all of them at
-one experiment without editing a cell.
+One rule picks what a notebook shows, in this order:
+
+1. ``EXPERIMENTS`` in its parameters cell, when the user set it (a path or a list of paths);
+2. ``$SCALESCOPE_EXPERIMENTS`` (paths separated by ``os.pathsep``), which
+   ``scalescope notebooks EXP [EXP ...]`` sets for every notebook it opens;
+3. the sample the notebook was written on (``data/``), only when neither says anything.
+
+:func:`open_experiment` applies it, says in one printed line what the notebook shows and
+why, and where its exports go: ``notebooks-export/`` next to the (first) experiment, never
+into the checkout (the bundled samples export into the temporary directory). An opened
+experiment that is missing or holds no runs stops the notebook; it never falls back to the
+sample.
+
+:func:`need` stops a notebook whose study the experiment cannot support: Jupyter shows its
+one-line message (no traceback) and runs no further cell (the kernel aborts the cells queued
+after an error). Under nbclient the stop is a ``CellExecutionError`` whose ``ename`` is
+``NotebookStop``.
 """
 
 from __future__ import annotations
@@ -11,13 +25,23 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from analysis.errors import ScalescopeError
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-ENV_VAR = "SCALESCOPE_EXPERIMENT"
+DATA = ROOT / "data"
+#: The one variable: the experiments every notebook shows (``os.pathsep``-separated paths).
+ENV_VAR = "SCALESCOPE_EXPERIMENTS"
+#: The folder next to an experiment that the notebooks export into, one subfolder each.
+EXPORT_DIRNAME = "notebooks-export"
+#: How to get Dask when a notebook cell wants it.
+DASK_INSTALL = "pip install 'scalescope[scale]'  (or: make setup-dev)"
 
 #: The notebooks of each report study (``analysis.report.STUDIES`` keys): every report section
 #: has one, and every notebook shows at least one section (07: the GPU timelines of the time
@@ -41,51 +65,134 @@ STUDY_NOTEBOOKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def experiment_dir(default: str | os.PathLike[str]) -> Path:
-    """The experiment a notebook should read: ``$SCALESCOPE_EXPERIMENT`` or ``default``.
+# ------------------------------------------------------------------ stopping cleanly
+class NotebookStop(Exception):
+    """The notebook cannot go on (its study needs runs the experiment does not have, or the
+    experiment cannot be read). IPython shows ``_render_traceback_``'s one line instead of
+    a traceback; the kernel then skips the cells queued after it."""
 
-    Used by the notebooks' parameters cells, so ``scalescope notebooks DIR`` points every
-    notebook at ``DIR``.
+    def _render_traceback_(self) -> list[str]:
+        return [f"Stopped: {self}"]
+
+
+def need(condition: Any, message: str) -> None:
+    """Stop the notebook here with ``message`` unless ``condition`` holds.
+
+    ``message`` says what the study needs and what the experiment has, e.g.
+    ``need(len(sizes) > 0, "this study needs runs that vary the input size (...)")``.
     """
-    return Path(os.environ.get(ENV_VAR) or default).expanduser().resolve()
+    if not condition:
+        raise NotebookStop(message)
 
 
-def experiment_dirs(*defaults: str | os.PathLike[str]) -> list[Path]:
-    """The experiments a multi-experiment notebook compares: ``$SCALESCOPE_EXPERIMENTS``
-    (paths separated by ``os.pathsep``) or ``defaults``."""
-    env = os.environ.get(ENV_VAR + "S")
-    paths = [p for p in env.split(os.pathsep) if p] if env else list(defaults)
-    return [Path(p).expanduser().resolve() for p in paths]
+class Note(str):
+    """A line a notebook shows in place of a table or chart the experiment has nothing for."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_markdown_(self) -> str:
+        return f"*{self}*"
 
 
-def main(experiment: str | None = None, *, no_browser: bool = False) -> int:
-    if experiment is not None:
-        exp = Path(experiment).expanduser().resolve()
-        if not (exp / "experiment.json").exists() and not any(exp.glob("*/run.json")):
-            raise ScalescopeError(f"{exp}: not an experiment directory (no experiment.json or run directories)")
-    jupyter = Path(sys.executable).parent / "jupyter"
-    if not jupyter.exists():
-        found = shutil.which("jupyter")
-        if not found:
-            raise ScalescopeError("JupyterLab is not installed: pip install 'scalescope[notebooks]'")
-        jupyter = Path(found)
-    env = dict(os.environ)
-    if experiment is not None:
-        env[ENV_VAR] = str(exp)
-        print(f"notebooks will read {exp} (SCALESCOPE_EXPERIMENT)")
-    cmd = [str(jupyter), "lab", f"--notebook-dir={NOTEBOOKS}"]
-    if no_browser:
-        cmd.append("--no-browser")
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    return subprocess.call(cmd, env=env)
+def note(message: str) -> Note:
+    """``message`` as a cell's output (plain text, italic in Jupyter), e.g.
+    ``table if len(table) else note("no GPUs in these runs: ...")``."""
+    return Note(message)
 
 
-def export_dir(experiment: str | os.PathLike[str]) -> Path:
-    """Where a notebook writes its figures and tables: ``$SCALESCOPE_EXPORT_DIR`` or
-    ``<experiment>/export`` (next to the experiment, as the notebooks promise)."""
-    env = os.environ.get("SCALESCOPE_EXPORT_DIR")
-    return Path(env) if env else Path(experiment) / "export"
+# ------------------------------------------------------------------ what a notebook shows
+@dataclass(frozen=True)
+class Opened:
+    """What :func:`resolve` chose: the experiment directories, why, and the export folder."""
+
+    dirs: tuple[Path, ...]
+    why: str
+    export: Path
+    sample: bool
+
+    def line(self) -> str:
+        """The one line a notebook prints about what it shows."""
+        shown = ", ".join(_short(d) for d in self.dirs)
+        what = f"the bundled sample {shown}" if self.sample else shown
+        return f"Showing {what} ({self.why}); exports go to {self.export}"
+
+
+def _short(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _as_paths(value: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
+    items = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+    return [Path(p).expanduser().resolve() for p in items]
+
+
+def env_experiments() -> list[Path]:
+    """The experiments in ``$SCALESCOPE_EXPERIMENTS`` (empty when unset)."""
+    raw = os.environ.get(ENV_VAR, "")
+    return _as_paths([p for p in raw.split(os.pathsep) if p.strip()])
+
+
+def resolve(
+    experiments: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None,
+    *,
+    sample: str | Sequence[str],
+    export: str | os.PathLike[str] | None = None,
+) -> Opened:
+    """Apply the module's rule (parameters cell, then ``$SCALESCOPE_EXPERIMENTS``, then the
+    sample ``data/<sample>``) without reading anything. ``export`` set by the user wins too."""
+    env = env_experiments()
+    if experiments is not None:
+        dirs, is_sample = _as_paths(experiments), False
+        why = "EXPERIMENTS in the parameters cell" + (f", over ${ENV_VAR}" if env else "")
+    elif env:
+        dirs, is_sample = env, False
+        why = f"opened by `scalescope notebooks`: ${ENV_VAR}"
+    else:
+        names = [sample] if isinstance(sample, str) else list(sample)
+        dirs, is_sample = [(DATA / n).resolve() for n in names], True
+        why = "no experiment opened: `scalescope notebooks EXP` or EXPERIMENTS in the parameters cell"
+    if not dirs:
+        raise NotebookStop("EXPERIMENTS in the parameters cell is empty: give an experiment directory")
+    if export is not None:
+        out = Path(export).expanduser().resolve()
+    elif dirs[0].is_relative_to(DATA):  # a bundled sample: never into the checkout
+        out = Path(tempfile.gettempdir()) / "scalescope" / EXPORT_DIRNAME / "-".join(dirs[0].relative_to(DATA).parts)
+    else:
+        out = dirs[0] / EXPORT_DIRNAME
+    return Opened(tuple(dirs), why, out, is_sample)
+
+
+def open_experiment(
+    experiments: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None,
+    *,
+    sample: str | Sequence[str] = "sample_sweep",
+    export: str | os.PathLike[str] | None = None,
+    include_failed: bool = False,
+):
+    """The RunSet a notebook shows and the folder it exports into, chosen by the module's rule.
+
+    Prints one line saying which experiment(s) and why. Stops the notebook (:class:`NotebookStop`)
+    when a chosen directory is missing or holds no runs.
+
+    Returns
+    -------
+    (RunSet, pathlib.Path)
+    """
+    from analysis.runset import RunSet
+
+    opened = resolve(experiments, sample=sample, export=export)
+    print(opened.line())
+    missing = [d for d in opened.dirs if not d.exists()]
+    need(not missing, f"{', '.join(map(str, missing))} does not exist ({opened.why})")
+    try:
+        rs = RunSet.from_dirs(list(opened.dirs), include_failed=include_failed)
+    except ScalescopeError as exc:
+        raise NotebookStop(f"{exc} ({opened.why})") from None
+    return rs, opened.export
 
 
 def pick_run(runs, run_id: str | None = None) -> str:
@@ -94,7 +201,139 @@ def pick_run(runs, run_id: str | None = None) -> str:
     ok = runs[runs["status"] == "ok"]
     if run_id is not None and run_id in set(ok["run_id"]):
         return run_id
-    if ok.empty:
-        raise ScalescopeError("the experiment has no successful run")
+    need(not ok.empty, "the experiment has no successful run")
     order = ok.assign(_fw=ok["framework"].map({"horovod": 0, "ddp": 1}).fillna(2))
     return str(order.sort_values(["n_ranks", "_fw"], ascending=[False, True])["run_id"].iloc[0])
+
+
+# ------------------------------------------------------------------ Dask, optional
+def local_dask(n_workers: int = 2):
+    """A small in-process Dask ``(client, cluster)``, or ``(None, None)`` with one line saying
+    how to install Dask when it is not installed (the notebook goes on without it)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        print(f"Dask is not installed, so this cell is skipped (the rest of the notebook does "
+              f"not need it). To run it: {DASK_INSTALL}")
+        return None, None
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=False,
+                           dashboard_address=None)
+    return Client(cluster), cluster
+
+
+# ------------------------------------------------------------------ notebook 07's files
+@dataclass(frozen=True)
+class ToolFiles:
+    """Other tools' files for notebook 07 (None where there is none) and its export folder."""
+
+    kineto: Path | None
+    nsys: Path | None
+    nvprof: Path | None
+    smi: Path | None
+    export: Path
+
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+#: The real files notebook 07 reads when no experiment is open (present in the project's
+#: development checkout only; missing ones are skipped).
+CORPUS_FILES = {
+    "kineto": CORPUS / "kineto" / "param_dlrm_8rank",
+    "nsys": CORPUS / "nsys" / "flame__torch-ex.sqlite",
+    "nvprof": CORPUS / "nvprof" / "cudatimeline__trace.csv",
+    "smi": CORPUS / "nvml_smi" / "nanogpt-pr643-f4f827d__gpu_metrics.csv",
+}
+
+
+def _first(paths: Iterable[Path]) -> Path | None:
+    return next(iter(sorted(paths)), None)
+
+
+def tool_files(
+    experiments: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None,
+    *,
+    export: str | os.PathLike[str] | None = None,
+    **paths: str | os.PathLike[str] | None,
+) -> ToolFiles:
+    """The files notebook 07 reads: ``paths`` set in its parameters cell (``kineto``,
+    ``nsys``, ``nvprof``, ``smi``) win; else, with an experiment opened (the module's rule),
+    the first run's PyTorch profiler traces (``--torch-profiler``) and Nsight Systems export
+    (``--nsys``); else the real-file corpus. Prints where they come from; stops when an opened
+    experiment has none and no path was set."""
+    unknown = set(paths) - set(CORPUS_FILES)
+    if unknown:
+        raise TypeError(f"tool_files: unknown file kinds {sorted(unknown)}; use {sorted(CORPUS_FILES)}")
+    given = {k: Path(v).expanduser().resolve() for k, v in paths.items() if v is not None}
+    env = env_experiments()
+    shown = False  # the line saying which experiment was printed
+    if given:
+        found = given
+        why = "paths in the parameters cell" + (f", over ${ENV_VAR}" if env else "")
+        out = Path(export) if export else Path(tempfile.gettempdir()) / "scalescope" / EXPORT_DIRNAME
+    elif experiments is not None or env:
+        opened = resolve(experiments, sample="sample_sweep", export=export)
+        print(opened.line())
+        shown = True
+        runs = [r for d in opened.dirs for r in sorted(d.glob("*/run.json"))]
+        kineto = _first(r.parent / "torch_profiler" for r in runs if (r.parent / "torch_profiler").is_dir())
+        nsys = _first(p for r in runs for p in (r.parent / "nsys").glob("*.sqlite"))
+        found = {k: v for k, v in {"kineto": kineto, "nsys": nsys}.items() if v is not None}
+        need(found, f"{', '.join(map(_short, opened.dirs))} holds no other tools' files: sweep with "
+                    "--torch-profiler (Kineto traces) or --nsys (Nsight Systems), or set the paths in "
+                    "the parameters cell")
+        out = opened.export
+    else:
+        found = {k: v for k, v in CORPUS_FILES.items() if v.exists()}
+        why = "no experiment opened: the project's real-file corpus"
+        need(found, f"no experiment opened and no corpus at {CORPUS}: set the paths in the parameters "
+                    "cell, or open an experiment swept with --torch-profiler or --nsys")
+        out = Path(export) if export else Path(tempfile.gettempdir()) / "scalescope" / EXPORT_DIRNAME
+    listed = ", ".join(f"{k} {_short(v)}" for k, v in found.items())
+    print(f"Reading {listed}" + ("" if shown else f" ({why}); exports go to {out}"))
+    return ToolFiles(**{k: found.get(k) for k in CORPUS_FILES}, export=Path(out))
+
+
+# ------------------------------------------------------------------ the command
+def check_experiment(path: str | os.PathLike[str]) -> Path:
+    """``path`` resolved, or a ScalescopeError when it is not an experiment directory."""
+    exp = Path(path).expanduser().resolve()
+    if not exp.is_dir():
+        raise ScalescopeError(f"{exp}: no such directory")
+    if not (exp / "experiment.json").exists() and not any(exp.glob("*/run.json")) \
+            and not (exp / "run.json").exists():
+        raise ScalescopeError(f"{exp}: not an experiment directory (no experiment.json or run directories)")
+    return exp
+
+
+def jupyter_command(*, port: int | None = None, no_browser: bool = False) -> list[str]:
+    """The ``jupyter lab`` command line on the notebooks folder."""
+    jupyter = Path(sys.executable).parent / "jupyter"
+    if not jupyter.exists():
+        found = shutil.which("jupyter")
+        if not found:
+            raise ScalescopeError("JupyterLab is not installed: pip install 'scalescope[notebooks]'")
+        jupyter = Path(found)
+    cmd = [str(jupyter), "lab", f"--notebook-dir={NOTEBOOKS}"]
+    if port is not None:
+        cmd.append(f"--port={port}")
+    if no_browser:
+        cmd.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    return cmd
+
+
+def main(experiments: Sequence[str] = (), *, port: int | None = None, no_browser: bool = False) -> int:
+    """``scalescope notebooks EXP [EXP ...]``: JupyterLab with every notebook on ``EXP``."""
+    dirs = [check_experiment(e) for e in experiments]
+    cmd = jupyter_command(port=port, no_browser=no_browser)
+    env = dict(os.environ)
+    if dirs:
+        env[ENV_VAR] = os.pathsep.join(map(str, dirs))
+        print(f"every notebook shows {', '.join(map(str, dirs))} (${ENV_VAR}; an EXPERIMENTS set in a "
+              f"notebook's parameters cell wins); exports go to {dirs[0] / EXPORT_DIRNAME}")
+    elif env.get(ENV_VAR):
+        print(f"every notebook shows ${ENV_VAR}={env[ENV_VAR]}")
+    else:
+        print("no experiment given: the notebooks show the bundled samples in data/ "
+              "(scalescope notebooks EXP [EXP ...] to show yours)")
+    return subprocess.call(cmd, env=env)

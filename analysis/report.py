@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import html
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ import pandas as pd
 
 from analysis import metrics as M
 from analysis import plots as P
+from analysis import tables
 from analysis.errors import ScalescopeError, recording
 from analysis.export import NO_BROWSER, export_many, export_table, find_browser
 from analysis.runset import RunSet
@@ -653,26 +653,20 @@ STUDIES: tuple[tuple[str, str, Callable[[_Context], Section]], ...] = (
 # ---------------------------------------------------------------- rendering
 
 def _fmt(v: object) -> str:
+    """One value for the page (exit codes and the like); tables go through :func:`_table_html`."""
     if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
         return "–"
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"
     if isinstance(v, (float, np.floating)):
-        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-            return f"{v:.4g}"
-        return f"{v:.4g}"
+        return str(int(v)) if float(v).is_integer() else f"{v:.4g}"
     return str(v)
 
 
-def _table_html(df: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    rows = []
-    for r in df.itertuples(index=False):
-        cells = "".join(
-            f"<td class=\"{'num' if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else ''}\">"
-            f"{html.escape(_fmt(v))}</td>" for v in r)
-        rows.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+def _table_html(df: pd.DataFrame, **kw) -> str:
+    """A table for people (:func:`analysis.tables.to_html`): the same formatting layer as the
+    LaTeX export, human headers with units, notes on odd numbers under it; escaped."""
+    return tables.to_html(df, **kw)
 
 
 def _render(context: dict) -> str:
@@ -743,7 +737,8 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
     # tables always go to export/ (no browser needed)
     for sec in sections:
         for name, df, caption in sec.tables:
-            export_table(df, export_dir / name, caption=caption or None)
+            export_table(df, export_dir / name, caption=f"{sec.title}: {caption}" if caption else sec.title,
+                         label=f"scalescope-{name}", main=tables.MAIN_COLUMNS.get(name, ()))
     static_note = None
     figures = {name: fig for sec in sections for name, fig in sec.figures}
     if not static:

@@ -43,12 +43,13 @@ __all__ = [
     "FORMAT_VERSION",
     "RUN_FORMAT",
     "RUN_SCHEMA",
+    "checked_manifest",
     "clean_fields",
     "clock_offsets",
+    "field_damage",
     "load_manifest",
     "log_tail",
     "read_epochs",
-    "read_experiment",
     "read_manifest",
 ]
 
@@ -223,6 +224,26 @@ def clean_fields(data: dict, schema: dict[str, Any], problems: list[str], *, pre
     return out
 
 
+def field_damage(part: str, path: Path, problems: list[str], run_id: str | None) -> list[dict]:
+    """The damage record (``RunSet.damaged``'s columns) of manifest fields of the wrong type
+    or out of range, each treated as missing and the rest of the run used; [] for none."""
+    if not problems:
+        return []
+    more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+    fields = ", ".join(dict.fromkeys(p.split(" ", 1)[0] for p in problems))
+    return [{"run_id": run_id, "part": part, "path": str(path),
+             "reason": "field(s) of the wrong type or out of range: " + "; ".join(problems[:10]) + more,
+             "excluded": f"the value of {fields} (treated as missing; the rest of the run is used)"}]
+
+
+def checked_manifest(run_dir: Path, run_id: str | None = None) -> tuple[dict, list[dict]]:
+    """A run's checked ``run.json`` and the damage record of its bad fields (if any)."""
+    problems: list[str] = []
+    m = read_manifest(run_dir, problems)
+    rid = run_id or (m.get("run_id") if isinstance(m.get("run_id"), str) else None) or Path(run_dir).name
+    return m, field_damage("run.json fields", Path(run_dir) / "run.json", problems, rid)
+
+
 def load_manifest(path: str | os.PathLike[str], fmt: str) -> dict:
     """A manifest file checked against the rules in the module docstring.
 
@@ -276,22 +297,6 @@ def read_manifest(path: str | os.PathLike[str], problems: list[str] | None = Non
         warnings.warn(f"{path}: {len(found)} field(s) of the wrong type or out of range are treated as missing: "
                       + "; ".join(found[:10]), RecoveryWarning, stacklevel=2)
     return data
-
-
-def read_experiment(path: str | os.PathLike[str]) -> dict:
-    """Read and validate ``experiment.json`` (the file or its experiment directory); its
-    ``runs`` must be a list of objects that each have a ``run_id``."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "experiment.json"
-    exp = load_manifest(path, EXPERIMENT_FORMAT)
-    runs = exp.get("runs")
-    if not isinstance(runs, list):
-        raise ReadError(path, "has no 'runs' list")
-    for i, entry in enumerate(runs):
-        if not isinstance(entry, dict) or not entry.get("run_id") or not isinstance(entry["run_id"], str):
-            raise ReadError(path, f"runs[{i}] has no run_id")
-    return exp
 
 
 def clock_offsets(manifest: dict) -> dict[int, int]:

@@ -174,7 +174,7 @@ def _backend_label(framework: str | None, backend: str | None, config: dict, man
 
 
 #: Run axes a ``--label`` of the same name sets where SLURM recorded nothing.
-LABEL_AXES = ("cluster", "partition")
+LABEL_AXES = schema.MACHINE_AXES
 
 
 def _placement(entry: dict, manifest: dict | None, config: dict) -> dict:
@@ -273,8 +273,8 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
 
 def _comm(run_dir: Path | None, manifest: dict | None) -> dict:
     """``comm_path`` and ``comm_warnings`` (``; ``-joined, None when none) of a run
-    (:func:`analysis.metrics.commpath.run_comm_path`)."""
-    from analysis.metrics.commpath import run_comm_path
+    (:func:`analysis.runtable.run_comm_path`)."""
+    from analysis.runtable import run_comm_path
 
     info = run_comm_path(run_dir, manifest)
     return {"comm_path": info["comm_path"], "comm_warnings": "; ".join(info["comm_warnings"]) or None}
@@ -315,32 +315,13 @@ def _looks_like_run(d: Path) -> bool:
 
 #: What an unknown number of ranks leaves out: the studies place every run by its ranks.
 _NO_RANKS = "the whole run (it cannot be placed on the ranks axis of any study)"
-def _field_damage(part: str, path: Path, problems: list[str], run_id: str | None) -> list[dict]:
-    """One damage record for the manifest fields of the wrong type or out of range (each
-    treated as missing, the rest of the run used)."""
-    if not problems:
-        return []
-    more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
-    fields = ", ".join(dict.fromkeys(p.split(" ", 1)[0] for p in problems))
-    return [_damage(part, path, "field(s) of the wrong type or out of range: " + "; ".join(problems[:10]) + more,
-                    f"the value of {fields} (treated as missing; the rest of the run is used)", run_id=run_id)]
-
-
-def _manifest(run_dir: Path, run_id: str | None = None) -> tuple[dict, list[dict]]:
-    """A run's checked ``run.json`` and the damage record of its bad fields (if any)."""
-    problems: list[str] = []
-    m = rundir.read_manifest(run_dir, problems)
-    rid = run_id or (m.get("run_id") if isinstance(m.get("run_id"), str) else None) or run_dir.name
-    return m, _field_damage("run.json fields", run_dir / "run.json", problems, rid)
-
-
 def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
     """One run listed in experiment.json, with what is damaged or missing about it. Only a
     run the launcher recorded as ``ok`` is expected to have a directory and a run.json."""
     run_dir = path / str(entry["run_id"])
     problems: list[str] = []
     entry = rundir.clean_fields(entry, rundir.EXPERIMENT_RUN_SCHEMA, problems, prefix=f"runs.{entry['run_id']}.")
-    damage = _field_damage("experiment.json", path / "experiment.json", problems, str(entry["run_id"]))
+    damage = rundir.field_damage("experiment.json", path / "experiment.json", problems, str(entry["run_id"]))
     expected = entry.get("status") in (OK_STATUS, None)
     if not run_dir.is_dir():
         if expected:
@@ -350,7 +331,7 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
     manifest = None
     if (run_dir / "run.json").exists():
         try:
-            manifest, bad_fields = _manifest(run_dir, str(entry["run_id"]))
+            manifest, bad_fields = rundir.checked_manifest(run_dir, str(entry["run_id"]))
             damage.extend(bad_fields)
         except ReadError as exc:
             damage.append(_damage("run.json", run_dir / "run.json", exc.problem,
@@ -378,7 +359,7 @@ def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[d
     problems: list[str] = []
     exp = rundir.clean_fields(exp, rundir.EXPERIMENT_SCHEMA, problems)
     name = exp.get("name") or path.name
-    out, damage, listed = [], _field_damage("experiment.json", exp_file, problems, None), set()
+    out, damage, listed = [], rundir.field_damage("experiment.json", exp_file, problems, None), set()
     for i, entry in enumerate(runs):
         rid = entry.get("run_id") if isinstance(entry, dict) else None
         if not isinstance(rid, str) or not rid or Path(rid).name != rid:
@@ -402,7 +383,7 @@ def _scan_dirs(path: Path, name: str) -> tuple[list[_Scanned], list[dict]]:
     out = []
     for d in sorted(d for d in path.iterdir() if (d / "run.json").exists()):
         try:
-            out.append((name, {}, d, *_manifest(d)))
+            out.append((name, {}, d, *rundir.checked_manifest(d)))
         except ReadError as exc:
             out.append((name, {}, d, None, [_damage("run.json", d / "run.json", exc.problem, "all data")]))
     return out, []
@@ -418,7 +399,7 @@ def _scan(path: Path) -> tuple[list[_Scanned], list[dict]]:
     if not path.is_dir():
         raise ReadError(path, "not a directory (expected an experiment or run directory)")
     if (path / "run.json").is_file():
-        manifest, bad_fields = _manifest(path)
+        manifest, bad_fields = rundir.checked_manifest(path)
         return [(None, {}, path, manifest, [])], bad_fields
     exp_file = path / "experiment.json"
     if exp_file.exists():
@@ -577,7 +558,7 @@ class RunSet:
         """Runs whose status is not ``ok`` (failed, oom, timeout, killed, running...)."""
         return self._runs[self._runs["status"] != OK_STATUS].reset_index(drop=True)
 
-    def _runs_to_read(self, which: str) -> list[Any]:
+    def runs_to_read(self, which: str) -> list[Any]:
         """The usable runs whose ``which`` table is read (rows of the runs table): those
         with a run directory, and for all but the epochs a usable ``run.json`` (a run
         without one, recorded when scanned, has no events, samples or GPU mapping)."""
@@ -586,7 +567,7 @@ class RunSet:
                 if row.path is not None and Path(row.path).is_dir()
                 and (which == "epochs" or row.run_id not in no_manifest)]
 
-    def _read_noting_damage(self, row: Any, which: str, read: Callable[[Any], pd.DataFrame]) -> pd.DataFrame | None:
+    def read_noting_damage(self, row: Any, which: str, read: Callable[[Any], pd.DataFrame]) -> pd.DataFrame | None:
         """``read(row)``, or None when it raises: the damage is recorded (and warned) as
         ``which`` of that run; one damaged run never takes the others down."""
         try:
@@ -598,18 +579,18 @@ class RunSet:
                               f"{which} of run {row.run_id}", stacklevel=5)
             return None
 
-    def _load(self, which: str, read: Callable[[Any], pd.DataFrame] | None = None) -> pd.DataFrame:
+    def read_runs(self, which: str, read: Callable[[Any], pd.DataFrame] | None = None) -> pd.DataFrame:
         """The ``which`` table of the usable runs, each run read by ``read(row)`` (default:
-        from its directory, here; :func:`analysis.scale.load_table` gives the runs it read
+        from its directory, here; :func:`analysis.runload.load_table` gives the runs it read
         part by part on its workers), in the runs table's order."""
         frames = []
-        for row in self._runs_to_read(which):
+        for row in self.runs_to_read(which):
             if which == "epochs":
                 found: list[dict] = []
                 frames.append(read_epochs(row.path, run_id=row.run_id, damage=found))
                 self._note_damage(row.run_id, found, "the epochs in this file")
                 continue
-            df = self._read_noting_damage(row, which, read or partial(self._read_row, which=which))
+            df = self.read_noting_damage(row, which, read or partial(self._read_row, which=which))
             if df is None:
                 continue
             if which == "rank_devices":
@@ -618,7 +599,7 @@ class RunSet:
             if len(df):
                 df = df.copy()
                 # the runs table's id is the key (it differs when two experiments collide)
-                df["run_id"] = schema._as_category(np.full(len(df), row.run_id, dtype=object), len(df))
+                df["run_id"] = schema.as_category(np.full(len(df), row.run_id, dtype=object), len(df))
             frames.append(df)
         if which in ("epochs", "rank_devices"):
             cols = EPOCH_COLUMNS if which == "epochs" else RANK_DEVICE_COLUMNS
@@ -674,10 +655,10 @@ class RunSet:
 
     def _table(self, which: str) -> pd.DataFrame:
         if self._tables[which] is None:
-            from analysis import scale
+            from analysis import runload
 
-            parallel = which in ("events", "samples") and scale.parallel(self)
-            self._tables[which] = scale.load_table(self, which) if parallel else self._load(which)
+            in_tasks = which in ("events", "samples") and runload.in_tasks(self)
+            self._tables[which] = runload.load_table(self, which) if in_tasks else self.read_runs(which)
         return self._tables[which]
 
     def loaded(self, which: str) -> pd.DataFrame | None:
@@ -687,7 +668,7 @@ class RunSet:
 
     def split(self) -> list[RunSet]:
         """One RunSet per usable run, in the runs table's order, read in this process
-        (``workers=1``, no client): the units :mod:`analysis.scale` hands to its workers
+        (``workers=1``, no client): the units :mod:`analysis.runload` hands to its workers
         for what it reduces run by run (the events of the per-rank metrics go one rank
         file per task instead)."""
         return [self._subset(self.usable_runs().iloc[[i]], workers=1, client=None)
@@ -703,9 +684,9 @@ class RunSet:
         """
         if self.client is not None and self._tables["events"] is None:
             if self._dask_events is None:
-                from analysis import scale
+                from analysis import runload
 
-                self._dask_events = scale.dask_events(self)
+                self._dask_events = runload.dask_events(self)
             return self._dask_events
         return self._table("events")
 
@@ -792,6 +773,16 @@ class RunSet:
     def apply(self, func: Callable[[RunSet], pd.DataFrame]) -> pd.DataFrame:
         """Call ``func`` on this RunSet (convenience for method chains)."""
         return func(self)
+
+    def __scalescope_metric__(self, metric: Callable[..., pd.DataFrame], mapping: Any,
+                              options: dict) -> pd.DataFrame:
+        """``metric(self, **options)`` for a metric declared with ``@maps_over``
+        (:mod:`analysis.metrics._mapping`): read and reduced one rank file or one run per
+        task on this RunSet's engine (:func:`analysis.runload.map_metric`); the table the
+        metric gives on all the events, with the same warnings and damage."""
+        from analysis import runload
+
+        return runload.map_metric(self, metric, mapping, options)
 
     def __len__(self) -> int:
         return len(self._runs)

@@ -133,6 +133,16 @@ def _as_category(values: object, n: int) -> pd.Categorical:
     return cat
 
 
+#: ``as_category(values, n)``: a categorical of ``n`` rows with object categories (a string
+#: is broadcast, None is all missing), as the schema's category columns are built.
+as_category = _as_category
+
+#: The runs table's machine axes (``RunSet.runs``): where a run ran, from SLURM or the
+#: sweep's ``--label cluster=/partition=``. Studies keep runs that differ in one apart; the
+#: one list of them (``analysis.runset``, ``analysis.metrics.gap``).
+MACHINE_AXES: tuple[str, ...] = ("cluster", "partition")
+
+
 def _owned(v: object, dtype: str, n: int) -> bool:
     """Whether ``v`` is already a column of ``dtype`` and length ``n`` that can be used as is."""
     if dtype == "category":

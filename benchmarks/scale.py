@@ -23,12 +23,6 @@ dask       the same on a ``distributed.LocalCluster(n_workers=N, threads_per_wor
 floor      ``msgspec`` typed-Struct decode of a whole file into Python objects (the
            reader's own fields), no frame: the decode floor one worker is compared with
 one       ``analysis.read`` of one file in one process (the reader alone, for the floor)
-file       ``analysis.read(path, workers=N)`` of one large plain file (``--file-mb``): the
-           file cut into N parts at record boundaries, each decoded in its own process,
-           joined in the notebook (``analysis.readers._split``); against ``workers=1``
-half       one half of such a file decoded by the reader's chunk loop (no frame), alone and
-           with the other half in a second process at the same time (``--contention-kib``:
-           per read block size): how much two processes decoding at once slow each other
 
 The parse cache is off (``cache=False``) everywhere, so every method parses.
 
@@ -36,9 +30,6 @@ Usage::
 
     .venv/bin/python benchmarks/scale.py                       # 64 x 50 MB + 200 MB timeline
     .venv/bin/python benchmarks/scale.py --ranks 8 --methods serial pool   # the 8-file target
-    .venv/bin/python benchmarks/scale.py --ranks 0 --methods --file-mb 1000  # one 1 GB file
-    .venv/bin/python benchmarks/scale.py --ranks 0 --methods --file-mb 1000 \
-        --contention-kib 2048 1024 512 --repeat 5       # and two decoding processes per block size
 """
 
 from __future__ import annotations
@@ -47,7 +38,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -91,7 +81,7 @@ if method == "dask":
 t = time.perf_counter()
 if method == "serial":
     gpu = gpu_time_breakdown(analysis.read_many(kineto, cache=False, workers=1))
-    allreduce = horovod_allreduce(analysis.read(timeline, cache=False, workers=1)) if timeline else None
+    allreduce = horovod_allreduce(analysis.read(timeline, cache=False)) if timeline else None
 elif method in ("pool", "dask"):
     kw = {"client": client} if method == "dask" else {"workers": workers}
     paths = kineto + ([timeline] if timeline else [])
@@ -100,23 +90,9 @@ elif method in ("pool", "dask"):
     gpu = scale.concat_tables(tables[: len(kineto)])
     allreduce = tables[-1] if timeline else None
 elif method == "one":
-    df = analysis.read(kineto[0], cache=False, workers=1)
+    df = analysis.read(kineto[0], cache=False)
     gpu, allreduce = None, None
     extra["rows"] = len(df)
-elif method == "file":
-    df = analysis.read(kineto[0], cache=False, workers=workers)
-    gpu, allreduce = None, None
-    extra["rows"] = len(df)
-elif method == "half":  # one of the two halves of a split file, decoded with a block size
-    from pathlib import Path
-    from analysis.readers import _assembly, _chrome, horovod as horovod_reader, kineto as kineto_reader
-    _chrome.BLOCK_BYTES = files["block"]
-    path = Path(kineto[0])
-    split = _chrome.plan_split(path, [1.0, 1.0])
-    reader = horovod_reader if files["format"] == "horovod" else kineto_reader
-    with _assembly.small_pages():
-        reader._part(path, split, workers)
-    gpu, allreduce = None, None
 elif method == "floor":
     sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
     from scale import typed_decoder
@@ -126,8 +102,6 @@ elif method == "floor":
     gpu, allreduce = None, None
     extra["rows"] = len(obj.traceEvents) if hasattr(obj, "traceEvents") else len(obj)
 elapsed = time.perf_counter() - t
-if method == "file":  # the frame's fingerprint, to compare worker counts (not timed)
-    extra["hash"] = int(pandas.util.hash_pandas_object(df, index=False).sum())
 out = files.get("out")
 if out and gpu is not None:
     gpu.to_pickle(out + ".gpu.pkl")
@@ -274,12 +248,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", nargs="*")
     ap.add_argument("--floor-mb", type=float, default=0.0,
                     help="also compare one worker with the typed decode floor on files of this size")
-    ap.add_argument("--file-mb", type=float, default=0.0,
-                    help="also read one Kineto trace and one Horovod timeline of this size with "
-                         "workers=1 and with each --workers count")
-    ap.add_argument("--contention-kib", type=int, nargs="*", default=[],
-                    help="with --file-mb: decode the two halves of each file alone and both at "
-                         "once (two processes) with these read block sizes (KiB)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "scalescope-scale")
     ap.set_defaults(methods=["serial", "pool", "dask"])
@@ -328,37 +296,6 @@ def main(argv: list[str] | None = None) -> int:
                               key=lambda x: x.get("s", 1e9)) for m in ("one", "floor")}
                 print(f"#   floor {fmt}: {res}", flush=True)
                 floor_rows.append((fmt, path.stat().st_size, res))
-        file_rows = []
-        if args.file_mb:
-            counts = sorted({1, *args.workers})
-            for fmt in ("kineto", "horovod"):
-                path = args.workdir / f"file_{fmt}_{int(args.file_mb)}mb.json"
-                if not path.exists() or abs(path.stat().st_size - args.file_mb * 1e6) > 0.05 * args.file_mb * 1e6:
-                    (generate_kineto if fmt == "kineto" else generate_horovod)(path, int(args.file_mb * 1e6))
-                files = {"kineto": [str(path)], "timeline": None}
-                res: dict[int, list[dict]] = {w: [] for w in counts}
-                for _ in range(max(1, args.repeat)):  # interleaved: a load that comes and goes hits all
-                    for w in counts:
-                        r = run_method("file", w, files, cache_dir=Path(tmp) / "cache")
-                        print(f"#   file {fmt} (workers={w}): {r}", flush=True)
-                        res[w].append(r)
-                file_rows.append((fmt, path.stat().st_size, res))
-        cont_rows = []
-        if args.file_mb and args.contention_kib:
-            for fmt in ("kineto", "horovod"):
-                path = args.workdir / f"file_{fmt}_{int(args.file_mb)}mb.json"
-                res = {kib: {"alone": [], "both": []} for kib in args.contention_kib}
-                for _ in range(max(1, args.repeat)):  # interleaved over the block sizes
-                    for kib in args.contention_kib:
-                        files = {"kineto": [str(path)], "timeline": None, "format": fmt,
-                                 "block": kib << 10}
-                        alone = run_methods([("half", 0, files)], cache_dir=Path(tmp) / "cache")
-                        both = run_methods([("half", 0, files), ("half", 1, files)],
-                                           cache_dir=Path(tmp) / "cache")
-                        print(f"#   halves {fmt} {kib} KiB: alone {alone}, both {both}", flush=True)
-                        res[kib]["alone"].append(alone[0].get("s"))
-                        res[kib]["both"].append(both[0].get("s"))
-                cont_rows.append((fmt, res))
     print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
     serial = next((r.get("s") for m, _, r in rows if m == "serial"), None)
@@ -373,35 +310,6 @@ def main(argv: list[str] | None = None) -> int:
         start = f"{r['startup_s']:.1f}" if "startup_s" in r else ""
         print(f"| {method} | {workers} | {r['s']:.1f}{spread} | "
               f"{total / 1e6 / r['s']:.0f} | {speed} | {r['peak_mib']:.0f} | {start} | {r['check']} |")
-    if file_rows:
-        print()
-        print("| file | workers | time (s) | MB/s | vs workers=1 | median of pairs | notebook peak RSS (MiB) | frame |")
-        print("|---|---|---|---|---|---|---|---|")
-        for fmt, size, res in file_rows:
-            ok = {w: [r for r in runs if "s" in r] for w, runs in res.items()}
-            if not all(ok.values()):
-                print(f"| {fmt} {size / 1e6:.0f} MB | error: {res} | | | | | | |")
-                continue
-            one = min(r["s"] for r in ok[1])
-            ref = ok[1][0]["hash"]
-            for w, runs in ok.items():
-                best, worst = min(r["s"] for r in runs), max(r["s"] for r in runs)
-                same = "identical" if all(r["hash"] == ref for r in runs) else "DIFFERS"
-                spread = f" ({worst:.2f})" if worst > best * 1.005 else ""
-                pairs = statistics.median(a["s"] / b["s"] for a, b in zip(ok[1], runs, strict=False))
-                print(f"| {fmt} {size / 1e6:.0f} MB | {w} | {best:.2f}{spread} | {size / 1e6 / best:.0f} | "
-                      f"{one / best:.2f}x | {pairs:.2f}x | {max(r['peak_mib'] for r in runs):.0f} | {same} |")
-    if cont_rows:
-        print()
-        print("| file, one half | read block | alone (s) | both halves at once (s) | slower by |")
-        print("|---|---|---|---|---|")
-        for fmt, res in cont_rows:
-            for kib, r in res.items():
-                if None in r["alone"] or None in r["both"]:
-                    print(f"| {fmt} | {kib} KiB | error | | |")
-                    continue
-                alone, both = statistics.median(r["alone"]), statistics.median(r["both"])
-                print(f"| {fmt} | {kib} KiB | {alone:.2f} | {both:.2f} | {100 * (both / alone - 1):.0f} % |")
     if floor_rows:
         print()
         print("| file | one worker: analysis.read (s) | typed-Struct decode floor (s) | reader vs floor |")

@@ -31,10 +31,6 @@ class Anchor:
         self.wall_ns = wall_ns
         self.mono_ns = mono_ns
 
-    def to_epoch_ns(self, mono_ns: int) -> int:
-        """Convert a ``perf_counter_ns`` reading into Unix-epoch ns on this rank's clock."""
-        return self.wall_ns + (mono_ns - self.mono_ns)
-
     def as_dict(self) -> dict:
         return {"wall_ns": self.wall_ns, "mono_ns": self.mono_ns}
 

@@ -192,7 +192,7 @@ def _read_run(run_dir: Path) -> dict:
                      "network": sorted(df.loc[df["record"] == "network", "net"].dropna().unique().tolist()),
                      "warn": df.loc[df["record"] == "warn", "text"].tolist()[:5]})
     res["nccl_logs"] = nccl
-    from analysis.metrics.commpath import run_comm_path
+    from analysis.runtable import run_comm_path
 
     res["comm_path"] = run_comm_path(run_dir, manifest)
     res["comm_capture_logs"] = (manifest.get("comm_capture") or {}).get("nccl_logs")

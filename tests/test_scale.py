@@ -65,9 +65,18 @@ def test_pool_reads_like_serial_with_the_same_warnings_in_order(files):
         pd.testing.assert_frame_equal(b, a)
 
 
-def test_workers_1_is_serial_and_in_process(files, monkeypatch):
-    # no pool may be made: the tasks run here
-    monkeypatch.setattr(scale, "_pool", lambda n: pytest.fail("a pool was started for workers=1"))
+def _pid(_: object) -> pd.DataFrame:
+    import os
+
+    return pd.DataFrame({"pid": [os.getpid()]})
+
+
+def test_workers_1_is_serial_and_in_process(files):
+    import os
+
+    # the tasks run here, in this process
+    assert [int(f["pid"].iloc[0]) for f in scale.run_tasks(_pid, range(3), workers=1)] == [os.getpid()] * 3
+    assert {int(f["pid"].iloc[0]) for f in scale.run_tasks(_pid, range(3), workers=2)} != {os.getpid()}
     frames, _ = _read_serial(files[:3])
     for a, b in zip(frames, scale.read_files(files[:3], workers=1), strict=True):
         pd.testing.assert_frame_equal(b, a)
@@ -272,23 +281,26 @@ def test_the_run_cache_cannot_outlive_a_rewrite_and_is_rewritten_when_damaged(sw
     exp, ids, RunSet = sweep
     run = tmp_path / "run"
     shutil.copytree(exp / ids[2], run)
-    before = scale._run_key(str(run), "r")
+    from analysis.readers.cache import run_entry, run_key
+
+    before = run_key(str(run), "r")
     trace = sorted(run.glob("rank-*.trace.json"))[0]
     st = trace.stat()
     text = trace.read_bytes()
     trace.write_bytes(text[:-40] + b" " * 40)  # same size, other content
     os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime restored
     assert trace.stat().st_size == st.st_size and trace.stat().st_mtime_ns == st.st_mtime_ns
-    assert scale._run_key(str(run), "r") != before
+    assert run_key(str(run), "r") != before
     trace.write_bytes(text)
 
     one = RunSet.from_dirs([exp], workers=1).filter(run_id=ids[2]).split()[0]
-    entry = scale._run_parquet(one)["path"].iloc[0]
+    where = (str(one.runs["path"].iloc[0]), str(one.runs["run_id"].iloc[0]))
+    entry = run_entry(*where, lambda: one.events)
     good = pd.read_parquet(entry)
     with open(entry, "r+b") as fh:  # cut the entry short
         fh.truncate(os.path.getsize(entry) // 2)
     with pytest.warns(UserWarning, match="unreadable"):
-        again = scale._run_parquet(one)["path"].iloc[0]
+        again = run_entry(*where, lambda: one.events)
     assert again == entry
     pd.testing.assert_frame_equal(pd.read_parquet(again), good)
 

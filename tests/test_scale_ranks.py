@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import metrics as M
-from analysis import scale
+from analysis import parallel, runload, scale
 from analysis.errors import RecoveryWarning
 from analysis.runset import RunSet
 
@@ -85,7 +85,7 @@ def _studies(rs):
 def serial(dirs):
     """The studies of serial pandas: every table loaded in this process, then reduced."""
     rs = _runset(dirs, workers=1)
-    ev, samples, devices = rs._load("events"), rs._load("samples"), rs._load("rank_devices")
+    ev, samples, devices = rs.read_runs("events"), rs.read_runs("samples"), rs.read_runs("rank_devices")
     tables = {
         "step_times": M.step_times(ev),
         "time_breakdown": M.time_breakdown(ev),
@@ -136,16 +136,16 @@ def test_rank_split_studies_on_dask_equal_serial_pandas(dirs, serial, client):
 
 @pytest.fixture
 def counted(monkeypatch):
-    """The items of every :func:`scale.run_tasks` call, by label."""
+    """The items of every :func:`analysis.parallel.run_tasks` call, by label."""
     calls: list[tuple[str, int]] = []
-    real = scale.run_tasks
+    real = parallel.run_tasks
 
     def run_tasks(func, items, **kw):
         items = list(items)
         calls.append((kw.get("label"), len(items)))
         return real(func, items, **kw)
 
-    monkeypatch.setattr(scale, "run_tasks", run_tasks)
+    monkeypatch.setattr(parallel, "run_tasks", run_tasks)
     return calls
 
 
@@ -173,9 +173,9 @@ def test_one_run_of_four_ranks_is_four_tasks(dirs, serial, counted):
 def test_one_run_of_many_ranks_is_worth_a_pool(dirs, monkeypatch):
     """``workers=None`` counts rank files, not runs: one big run of four ranks uses the pool."""
     paths, _ = dirs
-    monkeypatch.setattr(scale, "POOL_MIN_BYTES", 1)  # the sample runs are small
-    assert scale.parallel(RunSet.from_dirs([paths[2]]))
-    assert not scale.parallel(RunSet.from_dirs([paths[0] / "baseline_np1_bs75_r1"]))  # one rank file
+    monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 1)  # the sample runs are small
+    assert runload.in_tasks(RunSet.from_dirs([paths[2]]))
+    assert not runload.in_tasks(RunSet.from_dirs([paths[0] / "baseline_np1_bs75_r1"]))  # one rank file
 
 
 def _caught(func):
@@ -204,7 +204,7 @@ def test_damage_reaches_damaged_with_the_warnings_of_serial_reading(damaged, eng
     kw = {"workers": 2} if engine == "workers" else {"client": request.getfixturevalue("client")}
     serial = RunSet.from_dirs(damaged, workers=1)
     par = RunSet.from_dirs(damaged, **kw)
-    want, want_warn = _caught(lambda: serial._load("events"))
+    want, want_warn = _caught(lambda: serial.read_runs("events"))
     got, got_warn = _caught(lambda: scale.load_table(par, "events"))
     pd.testing.assert_frame_equal(got, want)
     assert got_warn == want_warn
@@ -217,16 +217,29 @@ def test_damage_reaches_damaged_with_the_warnings_of_serial_reading(damaged, eng
     assert par.damaged["path"].astype(str).str.endswith("rank-00002.trace.json").tolist() == [True]
 
 
+def _whole_step_times(events):
+    return M.step_times(events)
+
+
+def _whole_time_breakdown(events):
+    return M.time_breakdown(events)
+
+
+def _whole_sync_times(events):
+    return M.sync_times(events)
+
+
 @pytest.mark.parametrize("study", ["step_times", "time_breakdown", "sync_times"])
-def test_damaged_rank_split_gives_the_tables_and_warnings_of_whole_runs(damaged, study, monkeypatch):
+def test_damaged_rank_split_gives_the_tables_and_warnings_of_whole_runs(damaged, study):
     metric = getattr(M, study)
     serial = RunSet.from_dirs(damaged, workers=1)
-    want = metric(serial._load("events"))
-    # the per-run tasks of before: each run read whole, its warnings in run_id order
+    want = metric(serial.read_runs("events"))
+    # the per-run tasks of before: each run read whole, its warnings in run_id order (a
+    # metric that declares no mapping is reduced run by run)
     whole = RunSet.from_dirs(damaged, workers=2)
-    with monkeypatch.context() as m:
-        m.setattr(scale, "_rank_unit", lambda metric, options: (False, None))
-        by_run, by_run_warn = _caught(lambda: metric(whole))
+    undeclared = globals()[f"_whole_{study}"]
+    assert not hasattr(undeclared, "mapping") and metric.mapping.unit_of({}) == "rank"
+    by_run, by_run_warn = _caught(lambda: scale.per_run(whole, undeclared))
     split = RunSet.from_dirs(damaged, workers=2)
     got, got_warn = _caught(lambda: metric(split))
     pd.testing.assert_frame_equal(by_run, want)
@@ -243,7 +256,29 @@ def test_a_run_whose_files_share_a_rank_is_reduced_whole(dirs, tmp_path, counted
     rs = RunSet.from_dirs([run], workers=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecoveryWarning)
-        want = M.step_times(rs._load("events"))
+        want = M.step_times(rs.read_runs("events"))
         got = M.step_times(rs)
     pd.testing.assert_frame_equal(got, want)
     assert counted == [("step_times", 5), ("step_times", 1)]
+
+
+@M.maps_over(unit="rank")
+def _trace_rows(events):
+    """A per-rank metric the engine has never heard of: rows of each rank's own trace (the
+    Horovod timeline's rows left out, as ``timeline_rank=None`` promises)."""
+    own = events[events["source"].astype(str) != "horovod"]
+    own = own.assign(run_id=own["run_id"].astype(str))
+    return own.groupby(["run_id", "rank"], observed=True).size().rename("n_rows").reset_index()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_new_per_rank_metric_needs_only_its_declaration(dirs, serial, workers, counted):
+    """Issue 26: declaring a metric per rank is all it takes for a RunSet to map it over its
+    rank files; nothing in the engine names it."""
+    rs = _runset(dirs, workers=workers)
+    got = _trace_rows(rs)
+    pd.testing.assert_frame_equal(got, _trace_rows(serial[1]))
+    assert rs.loaded("events") is None  # reduced rank file by rank file, never gathered here
+    if workers > 1:
+        (label, n_tasks), = counted
+        assert label == "_trace_rows" and n_tasks > len(rs.usable_runs())  # one task per rank file

@@ -6,6 +6,7 @@ changes its inputs, and documents its formula in a ``Notes`` section.
 
 from __future__ import annotations
 
+from analysis.metrics._mapping import maps_over
 from analysis.metrics.backend import backend_comparison
 from analysis.metrics.batch import (
     batch_size_epoch_time,
@@ -27,6 +28,7 @@ from analysis.metrics.breakdown import (
     warmup_count,
     warmup_summary,
 )
+from analysis.metrics.fusion import dedupe_fused
 from analysis.metrics.gap import explain_loss, rank_step_parts, scaling_loss
 from analysis.metrics.memory import compute_update_breakdown, peak_memory
 from analysis.metrics.model import (
@@ -71,6 +73,7 @@ __all__ = [
     "breakdown_by_ranks",
     "compute_update_breakdown",
     "ddp_comm_overlap",
+    "dedupe_fused",
     "device_usage",
     "epoch_times",
     "equal_batch_comparison",
@@ -87,6 +90,7 @@ __all__ = [
     "idle_devices",
     "input_size_table",
     "lr_rule_curves",
+    "maps_over",
     "memory_limit",
     "negotiation_stragglers",
     "node_boundaries",

@@ -43,11 +43,3 @@ def spread(values: pd.Series | np.ndarray, prefix: str) -> dict[str, float]:
         f"{prefix}_max": float(v.max()),
         f"{prefix}_std": float(v.std(ddof=1)) if v.size > 1 else np.nan,
     }
-
-
-def split_unit(col: str) -> tuple[str, str]:
-    """``"epoch_time_s"`` -> ``("epoch_time", "_s")``; unit suffixes of the style guide."""
-    for unit in ("_per_s", "_s", "_ns", "_pct", "_frac", "_mib", "_w", "_c", "_mhz", "_bytes"):
-        if col.endswith(unit):
-            return col[: -len(unit)], unit
-    return col, ""

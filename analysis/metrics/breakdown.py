@@ -11,11 +11,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from analysis import scale
 from analysis.errors import ScalescopeError
 from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
-from analysis.readers.horovod import dedupe_fused
+from analysis.metrics._mapping import maps_over
+from analysis.metrics.fusion import dedupe_fused
 
 #: Step components in priority order: an instant covered by several phases counts for the
 #: first one listed. An explicit ``sync`` phase is a wait for gradient synchronisation, so
@@ -152,6 +152,7 @@ def warmup_summary(events: pd.DataFrame, *, warmup: int | str | None = WARMUP) -
     return out.drop(columns=["step_total_s"])
 
 
+@maps_over(unit="rank")
 def step_times(events: pd.DataFrame) -> pd.DataFrame:
     """One row per (run, rank, step): when each training step started and ended.
 
@@ -184,8 +185,6 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     >>> step_times(ev)["step_time_s"].tolist()
     [4e-08, 1e-08]
     """
-    if scale.is_runset(events):
-        return scale.per_run(events, step_times)
     ph = _phases(events)
     frames = []
     for (run_id, rank), one in ph.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
@@ -285,6 +284,7 @@ def _in_flight(sync_phases: iv.Intervals, comm: pd.DataFrame | None, timeline: p
     return iv.union_of(*parts)
 
 
+@maps_over(unit=lambda options: "run" if options.get("level") == "run" else "rank", timeline_rank="timeline_rank")
 def time_breakdown(
     events: pd.DataFrame,
     *,
@@ -343,9 +343,6 @@ def time_breakdown(
     """
     if level not in ("step", "rank", "run"):
         raise ScalescopeError(f"level must be 'step', 'rank' or 'run', not {level!r}")
-    if scale.is_runset(events):
-        return scale.per_run(events, time_breakdown, level=level, comm_cats=comm_cats, warmup=warmup,
-                             timeline_rank=timeline_rank)
     ph = _phases(events)
     comm_all = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
     comm_all = comm_all.assign(run_id=plain(comm_all["run_id"]))
@@ -477,7 +474,7 @@ def horovod_allreduce(events: pd.DataFrame, *, source: str = "horovod", backward
     Notes
     -----
     Horovod writes the same activity for every tensor of a fused batch, so activity rows
-    are deduplicated on (name, start_ns) (:func:`analysis.readers.horovod.dedupe_fused`)
+    are deduplicated on (name, start_ns) (:func:`~analysis.metrics.fusion.dedupe_fused`)
     before anything is measured; every quantity is the
     length of a union of intervals. ``memcpy_s`` covers fusion-buffer copies (kind
     ``memcpy``), ``collective_s`` the collective itself (kind ``comm`` activities such as
@@ -605,6 +602,7 @@ def _launched_before_last_profiler_step(g: pd.DataFrame, host: pd.DataFrame) -> 
     return g[keep.fillna(False).astype(bool).to_numpy()]
 
 
+@maps_over(unit="rank")
 def gpu_time_breakdown(events: pd.DataFrame, *, drop_last_profiler_step: bool = False) -> pd.DataFrame:
     """GPU timeline per rank: computation, communication, memory and idle time.
 
@@ -643,8 +641,6 @@ def gpu_time_breakdown(events: pd.DataFrame, *, drop_last_profiler_step: bool = 
     communication (union of comm kernels minus compute) and memory (the rest), so
     communication overlapped by compute is counted once, as compute.
     """
-    if scale.is_runset(events):
-        return scale.per_run(events, gpu_time_breakdown, drop_last_profiler_step=drop_last_profiler_step)
     require_columns(events, ("run_id", "rank", "kind", "device", "stream", "start_ns", "dur_ns"), "gpu_time_breakdown")
     kinds = plain(events["kind"])
     on_gpu = kinds.isin(["compute", "comm", "memcpy", "memset"]) & (

@@ -8,15 +8,9 @@ connection)"``.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import warnings
-from pathlib import Path
 
 import pandas as pd
-
-from analysis.errors import ReadError, RecoveryWarning
 
 #: An IB device in ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB ...``.
 _IB_DEVICE = re.compile(r"\[\d+\]\S+?:\d+/(?:IB|RoCE|UNSPECIFIED)")
@@ -156,40 +150,21 @@ def summarize_nccl(nccl: pd.DataFrame, *, rdma_devices: list[str] | None = None)
     return {"comm_path": path, "nccl_version": ";".join(versions) or None, "comm_warnings": warns}
 
 
-def run_comm_path(run_dir: str | os.PathLike[str] | None, manifest: dict | None) -> dict:
-    """``comm_path``, ``nccl_version`` and ``comm_warnings`` of one run directory.
-
-    NCCL runs are summarised from their logs (``nccl.*.log``, written by the sweep's
-    capture, else the NCCL lines in ``stdout.log``); Gloo and MPI runs from the manifest
-    (``intra-node Gloo TCP``, ``inter-node MPI (Open MPI 4.1.4)``); the baseline is
-    ``none (1 process)``. Unreadable logs give a :class:`RecoveryWarning` and ``None``.
-    """
-    from analysis import read
-    from analysis.readers import nccl as nccl_reader
-
+def comm_path(manifest: dict | None, nccl: pd.DataFrame | None = None) -> dict:
+    """``comm_path``, ``nccl_version`` and ``comm_warnings`` of one run: from its NCCL log
+    frame when it has one (``nccl``, every log of the run read with ``format="nccl"``),
+    else from its manifest (``run.json``): Gloo and MPI runs as ``intra-node Gloo TCP``,
+    ``inter-node MPI (Open MPI 4.1.4)``; the baseline is ``none (1 process)``. Reading the
+    logs of a run directory is :func:`analysis.runtable.run_comm_path`'s job."""
     m = manifest or {}
     framework, backend = m.get("framework"), m.get("backend")
     n_nodes = m.get("n_nodes") or (len(m["ranks_per_host"]) if m.get("ranks_per_host") else 1)
     scope = "intra-node" if int(n_nodes or 1) <= 1 else "inter-node"
     capture = m.get("comm_capture") or {}
     out: dict = {"comm_path": None, "nccl_version": None, "comm_warnings": []}
-    logs: list[Path] = []
-    if run_dir is not None and Path(run_dir).is_dir():
-        logs = sorted(Path(run_dir).glob("nccl.*.log"))
-        if not logs:
-            logs = [p for p in (Path(run_dir) / "stdout.log",) if p.is_file() and nccl_reader.sniff(p)]
-    if logs:
-        frames = []
-        for f in logs:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RecoveryWarning)
-                    frames.append(read(f, format="nccl"))
-            except ReadError as exc:
-                warnings.warn(f"comm_path: {exc}", RecoveryWarning, stacklevel=2)
-        if frames:
-            rdma = [d["name"] for d in ((capture.get("node") or {}).get("nics") or {}).get("rdma") or []]
-            return summarize_nccl(pd.concat(frames, ignore_index=True), rdma_devices=rdma)
+    if nccl is not None:
+        rdma = [d["name"] for d in ((capture.get("node") or {}).get("nics") or {}).get("rdma") or []]
+        return summarize_nccl(nccl, rdma_devices=rdma)
     if framework in (None, "none") or not backend:
         out["comm_path"] = "none (1 process)" if framework == "none" else None
         return out
@@ -211,22 +186,4 @@ def run_comm_path(run_dir: str | os.PathLike[str] | None, manifest: dict | None)
     return out
 
 
-def comm_paths(runs: pd.DataFrame) -> pd.DataFrame:
-    """``run_id``, ``config_backend``, ``comm_path``, ``nccl_version``, ``comm_warnings`` for
-    every run of a runs table (``RunSet.runs``; ``path`` locates each run directory)."""
-    rows = []
-    for r in runs.itertuples(index=False):
-        path = getattr(r, "path", None)
-        manifest = None
-        if isinstance(path, str) and (Path(path) / "run.json").is_file():
-            try:
-                manifest = json.loads((Path(path) / "run.json").read_text())
-            except ValueError:
-                manifest = None
-        info = run_comm_path(path if isinstance(path, str) else None, manifest)
-        rows.append({"run_id": r.run_id, "config_backend": getattr(r, "config_backend", None), **info,
-                     "comm_warnings": "; ".join(info["comm_warnings"]) or None})
-    return pd.DataFrame(rows, columns=["run_id", "config_backend", "comm_path", "nccl_version", "comm_warnings"])
-
-
-__all__ = ["channel_transports", "comm_paths", "communicators", "ib_devices", "run_comm_path", "summarize_nccl"]
+__all__ = ["channel_transports", "comm_path", "communicators", "ib_devices", "summarize_nccl"]

@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns
 from analysis.metrics.breakdown import WARMUP, time_breakdown
+from analysis.schema import MACHINE_AXES
 
 #: The causes, in the order figures stack them; they sum to ``gap_s``.
 CAUSES: tuple[str, ...] = ("framework_s", "sync_s", "straggler_s", "data_s", "compute_s", "other_s")
@@ -30,9 +31,8 @@ CAUSE_LABELS: dict[str, str] = {
     "other_s": "other / idle",
 }
 _PARTS = ("step_s", "data_s", "compute_s", "exposed_s", "straggler_s", "other_s")
-#: Run columns that name a machine: when the runs differ in one, it joins ``by`` (and a
-#: ``"none"`` baseline must share it).
-MACHINE_AXES: tuple[str, ...] = ("cluster", "partition")
+# MACHINE_AXES (analysis.schema): when the runs differ in one, it joins ``by`` (and a
+# ``"none"`` baseline must share it).
 
 
 def rank_step_parts(events: pd.DataFrame, *, warmup: int | str | None = WARMUP) -> pd.DataFrame:

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis import scale
 from analysis.metrics._common import plain, require_columns
+from analysis.metrics._mapping import maps_over
 from analysis.metrics.breakdown import IN_FLIGHT_CATS, WARMUP, time_breakdown
 
 
+@maps_over(unit="rank", timeline_rank=0)  # time_breakdown's, with its default timeline_rank
 def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CATS,
                warmup: int | str | None = WARMUP) -> pd.DataFrame:
     """Both gradient-synchronisation times of every step: one row per rank and step.
@@ -47,8 +48,6 @@ def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CAT
     :func:`~analysis.metrics.breakdown.time_breakdown`; ``docs/metrics.md`` defines them
     for Horovod and DDP alike.
     """
-    if scale.is_runset(events):
-        return scale.per_run(events, sync_times, comm_cats=comm_cats, warmup=warmup)
     require_columns(events, ("run_id", "rank", "kind", "name", "cat", "start_ns", "dur_ns"), "sync_times")
     kind, name, cat = plain(events["kind"]), plain(events["name"]), plain(events["cat"])
     has = events[((kind == "phase") & (name == "sync")) | ((kind == "comm") & cat.isin(list(comm_cats)))]

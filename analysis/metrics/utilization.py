@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis import scale
 from analysis.metrics._common import plain, require_columns
+from analysis.metrics._mapping import maps_over
 
 GPU_METRICS: tuple[str, ...] = ("util_gpu_pct", "util_mem_pct", "mem_used_mib", "power_w")
 CPU_METRICS: tuple[str, ...] = ("cpu_util_pct", "rss_mib")
@@ -18,6 +18,7 @@ _UNITS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gpu", GPU_METRICS + CPU_METRICS), ("rank", CPU_METRICS), ("host", ("cpu_util_pct",)))
 
 
+@maps_over(table="samples", rank_devices=True, combine=lambda parts: _usage_of_runs(parts))
 def device_usage(samples: pd.DataFrame, *, rank_devices: pd.DataFrame | None = None) -> pd.DataFrame:
     """Mean and peak of each sampled metric per device (GPU), per process (CPU, per rank)
     and per host (CPU host totals).
@@ -47,10 +48,6 @@ def device_usage(samples: pd.DataFrame, *, rank_devices: pd.DataFrame | None = N
     Means are plain averages of the samples (the sampler's interval is constant); per-core
     CPU rows are left out (the host total already covers them).
     """
-    if scale.is_runset(samples):
-        given = {} if rank_devices is None else {"rank_devices": rank_devices}
-        return scale.per_run(samples, device_usage, which="samples", rank_devices=rank_devices is None,
-                             combine=_usage_of_runs, **given)
     require_columns(samples, ("run_id", "host", "device", "cpu_core", "rank", "ts_ns"), "device_usage")
     if rank_devices is not None:
         samples = own_samples(samples, rank_devices)

@@ -18,27 +18,27 @@ The assembler owns the memory bound:
   are narrowed with a note rather than wrapped (:func:`masked`);
 * **lazy columns**: all-missing columns cost only their mask (:func:`missing`), constant
   columns only their int8 codes (:func:`const_category`);
-* **returning memory**: freed pieces are given back to the OS (:func:`release_freed_memory`)
-  every :data:`TRIM_BYTES`, so they never pile up under the growing columns.
+* **returning memory**: freed pieces are given back to the OS every :data:`TRIM_BYTES`
+  (:func:`analysis.readers._memory.release_freed_memory`), so they never pile up under
+  the growing columns.
 
 Beyond the frame itself, only the positions and a few blocks' temporaries exist at a time:
-the peak of a read is the frame plus a bounded buffer (benchmarks/README.md, "Memory at
-1 GB and beyond"). The Parquet cache (``analysis.readers._read_cache``) builds its lazy
-columns with the same helpers.
+the peak of a read is the frame plus a bounded buffer (measured in benchmarks/README.md,
+"Memory at 1 GB and beyond"). The parse cache (:mod:`analysis.readers.cache`) builds its
+lazy columns with the same helpers.
 """
 
 from __future__ import annotations
 
 import mmap
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analysis.readers._memory import release_freed_memory
 from analysis.schema import EVENT_COLUMNS, make_events
 
 #: Rows per block in the loops that build a frame's columns: bounds their temporaries
@@ -54,86 +54,7 @@ NP_INT = {"Int8": np.int8, "Int16": np.int16, "Int32": np.int32, "Int64": np.int
 
 
 # --------------------------------------------------------------------------------------
-# memory
-
-
-_TRIM: Callable[[int], int] | bool | None = False  # False: not looked up yet
-
-
-def release_freed_memory() -> None:
-    """Give memory that was freed back to the OS now (glibc ``malloc_trim``; elsewhere no-op).
-
-    Pieces are small arrays freed column by column while the frame's columns are built.
-    glibc keeps such freed heap memory resident and serves the large column arrays from
-    fresh ``mmap`` pages instead, so without a trim the peak is the pieces *plus* the frame
-    rather than the frame plus one column's pieces.
-    """
-    global _TRIM
-    if _TRIM is False:
-        _TRIM = None
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-
-                _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-            except (OSError, AttributeError):  # musl or another libc: nothing to call
-                _TRIM = None
-    if _TRIM is not None:
-        _TRIM(0)
-
-
-_PAGES_LOCK = threading.Lock()
-_PAGES_USERS = 0
-_PAGES_SAVED: bool | None = None
-
-
-def _hugepages_stall() -> bool:
-    """Whether this kernel may stall a fault on memory marked ``MADV_HUGEPAGE`` to compact
-    memory for a huge page: Linux's transparent-huge-page ``defrag`` setting is
-    ``always``, ``madvise`` or ``defer+madvise`` (not ``defer`` or ``never``)."""
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/defrag") as fh:
-            text = fh.read()
-    except OSError:
-        return False
-    mode = text[text.find("[") + 1 : text.find("]")] if "[" in text else ""
-    return mode in ("always", "madvise", "defer+madvise")
-
-
-@contextmanager
-def small_pages() -> Iterator[None]:
-    """Inside: NumPy does not mark its large arrays ``MADV_HUGEPAGE``, where the kernel
-    would compact memory on their first touch (:func:`_hugepages_stall`).
-
-    A frame build touches fresh arrays of hundreds of MiB once each, and there the
-    compaction costs more than huge pages save: on the 2-core Linux VM of
-    ``benchmarks/README.md`` first touching 420 MiB took 0.75 s marked and 0.14 s not
-    (numpy/numpy#31590 describes the stall). NumPy's own switch is process-wide, so it is
-    set while any thread is inside and restored when the last one leaves; elsewhere, or
-    without the switch, nothing changes.
-    """
-    global _PAGES_USERS, _PAGES_SAVED
-    try:
-        from numpy._core import multiarray as _ma
-    except ImportError:  # NumPy 1.x
-        from numpy.core import multiarray as _ma
-    get = getattr(_ma, "_get_madvise_hugepage", None)
-    put = getattr(_ma, "_set_madvise_hugepage", None)
-    if get is None or put is None or not _hugepages_stall():
-        yield
-        return
-    with _PAGES_LOCK:
-        if _PAGES_USERS == 0:
-            _PAGES_SAVED = bool(get())
-            put(False)
-        _PAGES_USERS += 1
-    try:
-        yield
-    finally:
-        with _PAGES_LOCK:
-            _PAGES_USERS -= 1
-            if _PAGES_USERS == 0:
-                put(_PAGES_SAVED)
+# threads
 
 
 def concurrently(*calls: Callable[[], Any]) -> list[Any]:
@@ -363,19 +284,6 @@ class Categories:
                 self.props[k] = np.concatenate([t[:-1], np.array([fn(c) for c in new], dtype),
                                                 t[-1:]])
         return remap[codes]  # code -1 maps to the appended -1
-
-
-def code_remap(codes: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """A function mapping one part's category codes (0 .. k-1, its own numbering) to
-    ``codes[c]``, keeping negative codes (missing and the readers' special codes)."""
-    table = np.asarray(codes, dtype=np.int32)
-
-    def remap(x: np.ndarray) -> np.ndarray:
-        if not table.size:
-            return x
-        return np.where(x >= 0, table[np.maximum(x, 0)], x).astype(x.dtype, copy=False)
-
-    return remap
 
 
 class Codes:
@@ -683,12 +591,6 @@ class Assembler:
                 pieces.setdefault(name, []).append(chunks[0] if len(chunks) == 1
                                                    else np.concatenate(chunks))
 
-    def __getstate__(self) -> dict:
-        """Pickled (a part sent back by a worker) with whole pieces."""
-        if self._pending:
-            self._join_pending()
-        return self.__dict__
-
     def add_sparse(self, name: str, rows: np.ndarray, values: np.ndarray, *,
                    group: str = "rows") -> None:
         """Store values of column ``name`` for some rows of ``group`` (row numbers within
@@ -696,23 +598,6 @@ class Assembler:
         for kept, new in zip(self._sparse.setdefault(name, ([], [], [])), (group, rows, values),
                              strict=True):
             kept.append(new)
-
-    def extend(self, other: Assembler, *,
-               recode: dict[str, Callable[[np.ndarray], np.ndarray]] | None = None) -> None:
-        """Append the rows of ``other`` (a later part of the same file, read apart) group by
-        group, as if they had been added here; ``recode`` maps some of its columns (its own
-        category codes to these)."""
-        recode = recode or {}
-        for g in other.groups:
-            first = self.sizes[g]
-            for col, pieces in other.pieces[g].items():
-                fn = recode.get(col)
-                self.pieces[g].setdefault(col, []).extend(fn(p) if fn else p for p in pieces)
-            for name, (groups, rows, vals) in other._sparse.items():
-                for group, r, v in zip(groups, rows, vals, strict=True):
-                    if group == g:
-                        self.add_sparse(name, r + first, v, group=g)
-            self.sizes[g] += other.sizes[g]
 
     # -- building
 

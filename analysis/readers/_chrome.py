@@ -28,11 +28,9 @@ inside a string or a nested object leaves an unterminated string or an unclosed 
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
@@ -42,18 +40,13 @@ import msgspec
 import numpy as np
 
 from analysis import _io
-from analysis._io import GZIP_MAGIC, open_binary
 from analysis.errors import ReadError, RecoveryWarning
 
 #: Bytes read per block; a chunk decoded at once is 0.5 to 1.5 blocks. Bounds the transient
 #: memory of a read: the text buffer and one chunk's records, whatever the file size. A
-#: chunk's text and records then stay in a core's share of the CPU caches: with 2 MiB
-#: blocks, two processes decoding at once on the 2-core VM were 18 % slower each than one
-#: alone, with 1 MiB 4 % (benchmarks/README.md, "One large file").
+#: chunk's text and records then stay in a core's share of the CPU caches, so processes
+#: decoding at once slow each other little (measured in benchmarks/README.md).
 BLOCK_BYTES = 1 << 20
-#: Files at least this large show a progress bar (when stderr is a terminal or
-#: ``SCALESCOPE_PROGRESS=1``).
-PROGRESS_MIN_BYTES = 100 << 20
 
 _WS = b" \t\r\n"
 # Record separators for the record-by-record fallback: "}" [ws] "," [ws] before "{".
@@ -132,71 +125,6 @@ class Damage:
         msg = self.message(path)
         if msg:
             warnings.warn(msg, RecoveryWarning, stacklevel=stacklevel)
-
-
-# --------------------------------------------------------------------------------------
-# Byte source
-
-
-def _progress_wanted(size: int) -> bool:
-    if size < PROGRESS_MIN_BYTES:
-        return False
-    if os.environ.get("SCALESCOPE_PROGRESS") == "1":
-        return True
-    if os.environ.get("SCALESCOPE_PROGRESS") == "0":
-        return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def iter_blocks(path: Path, *, block_bytes: int | None = None,
-                damage: Damage | None = None) -> Iterator[bytes]:
-    """Yield the (gunzipped) content of ``path`` in blocks of about ``block_bytes``.
-
-    Raises :class:`ReadError` for a missing, empty or unreadable file and for corrupt gzip
-    data; a gzip stream cut short yields what it held and says so in ``damage`` (or warns,
-    as ``_io.read_bytes`` does, when no ``damage`` is given).
-    """
-    block_bytes = block_bytes or BLOCK_BYTES
-    fh = open_binary(path)
-    with fh:
-        size = os.fstat(fh.fileno()).st_size
-        first = fh.read(block_bytes)
-        if not first:
-            raise ReadError(path, "file is empty (0 bytes)")
-        progress = None
-        task = None
-        if _progress_wanted(size):
-            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-            progress = Progress(
-                f"reading {path.name}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                transient=True,
-            )
-            progress.start()
-            task = progress.add_task("read", total=size)
-        try:
-            if first[:2] != GZIP_MAGIC:
-                raw = first
-                while raw:
-                    if progress is not None:
-                        progress.update(task, completed=fh.tell())
-                    yield raw
-                    raw = fh.read(block_bytes)
-                return
-            yield from _gunzip_blocks(path, fh, first, block_bytes, progress, task, damage)
-        finally:
-            if progress is not None:
-                progress.stop()
-
-
-def _gunzip_blocks(path, fh, first, block_bytes, progress, task, damage) -> Iterator[bytes]:
-    """The gzip file's content (every member: ``cat a.gz b.gz``), through :mod:`analysis._io`."""
-    on_note = None if damage is None else (lambda note: damage.notes.insert(0, note))
-    on_progress = None if progress is None else (lambda done: progress.update(task, completed=done))
-    yield from _io.iter_gunzip(path, fh, first, block_bytes, on_note=on_note, on_progress=on_progress)
 
 
 # --------------------------------------------------------------------------------------
@@ -391,13 +319,10 @@ class TraceLayout:
 
 
 class _Text:
-    """The file's text as one reusable ``bytearray``, extended block by block (from
-    ``blocks``, by default the whole file's)."""
+    """The file's text as one reusable ``bytearray``, extended block by block."""
 
-    def __init__(self, path: Path, block_bytes: int, damage: Damage,
-                 blocks: Iterator[bytes] | None = None) -> None:
-        self.blocks = blocks if blocks is not None else iter_blocks(path, block_bytes=block_bytes,
-                                                                    damage=damage)
+    def __init__(self, path: Path, block_bytes: int, damage: Damage) -> None:
+        self.blocks = _io.iter_blocks(path, block_bytes, on_note=lambda note: damage.notes.insert(0, note))
         self.buf = bytearray()
         self.eof = False
 
@@ -484,130 +409,6 @@ def stream(path: Path, decode: Callable[[bytes], list], on_records: Callable[[li
     did not convert (None), which are dropped and counted in ``damage``."""
     decoder = ChunkDecoder(decode, repair=repair, damage=damage)
     return read_events(path, decoder=decoder, on_chunk=_dropping_none(on_records, damage))
-
-
-# --------------------------------------------------------------------------------------
-# One file in parts (read by several processes: analysis.readers._split)
-
-# A record boundary: a record's closing brace, a comma, and the next record's "{".
-_CUT = re.compile(rb"\}\s*,\s*(?=\{)")
-#: Bytes searched for a record boundary around each planned cut.
-CUT_WINDOW = 4 << 20
-
-
-@dataclass
-class Split:
-    """A plain (not gzipped) Chrome trace cut into parts at record boundaries.
-
-    ``parts`` are byte ranges ``(start, end)`` of the event array: ``start`` is where the
-    part's first record begins, or whitespace before it (the byte before is the array's
-    ``[``, a ``,`` or whitespace),
-    ``end`` is just after its last record's ``}`` (None: the end of the file, where the
-    array's end and an object's trailing keys are read). A cut is only a candidate (a
-    ``},{`` inside a string looks the same): the part before a wrong cut ends inside a
-    string, which no longer decodes, so a read whose parts all decoded cleanly had only
-    true cuts; the caller reads the file serially otherwise.
-    """
-
-    container: str
-    header: bytes
-    parts: list[tuple[int, int | None]]
-
-
-def plan_split(path: Path, parts: Sequence[float]) -> Split | None:
-    """Cut ``path`` into as many parts as ``parts`` has weights, each that share of the
-    event array (how many and how large: ``_split.shares``). None when the file is gzipped
-    (a stream cannot be entered in the middle), there are fewer than two weights, or the
-    file is not a trace this module can read (the serial read then says why). A cut that
-    finds no record boundary near its place is left out."""
-    if len(parts) < 2:
-        return None
-    fh = open_binary(path)
-    with fh:
-        size = os.fstat(fh.fileno()).st_size
-        if fh.read(2) == GZIP_MAGIC:
-            return None
-        bounds = np.cumsum(np.asarray(parts, dtype=float))
-        bounds = bounds[:-1] / bounds[-1]  # where each cut goes, as a share of the array
-        damage = Damage()
-        text = _Text(path, BLOCK_BYTES, damage)
-        text.more()
-        pos = _skip_ws(text.buf, 0)
-        if text.buf[pos : pos + 3] == b"\xef\xbb\xbf":
-            pos += 3
-        pos = text.skip_ws(pos)
-        if pos >= len(text.buf):
-            return None
-        if text.buf[pos] == 0x5B:  # "["
-            container, header, first = "array", b"", pos + 1
-        elif text.buf[pos] == 0x7B:  # "{"
-            container = "object"
-            try:
-                header, first = _find_events(path, text, pos)
-            except ReadError:
-                return None
-            if first < 0:
-                return None
-        else:
-            return None
-        del text
-        cuts = []
-        lo = first
-        for share in bounds.tolist():
-            at = max(first + int((size - first) * share), lo)
-            fh.seek(at)
-            m = _CUT.search(fh.read(CUT_WINDOW))
-            if m is None:
-                continue
-            cuts.append((at + m.start() + 1, at + m.end()))
-            lo = at + m.end()
-    if not cuts:
-        return None
-    starts = [first] + [nxt for _, nxt in cuts]
-    ends: list[int | None] = [end for end, _ in cuts] + [None]
-    return Split(container, header, list(zip(starts, ends, strict=True)))
-
-
-def _range_blocks(path: Path, start: int, stop: int | None, block_bytes: int) -> Iterator[bytes]:
-    """The plain file's bytes ``start .. stop`` (None: the end) in blocks."""
-    with open_binary(path) as fh:
-        fh.seek(start)
-        left = stop - start if stop is not None else None
-        while left is None or left > 0:
-            raw = fh.read(block_bytes if left is None else min(block_bytes, left))
-            if not raw:
-                return
-            if left is not None:
-                left -= len(raw)
-            yield raw
-
-
-def read_part(path: Path, split: Split, index: int, decode: Callable[[bytes], list],
-              on_records: Callable[[list, Any], None], damage: Damage, *,
-              repair: Callable[[bytes], Any] | None = None,
-              block_bytes: int | None = None) -> dict | None:
-    """:func:`stream` over part ``index`` of ``split``: its records go to ``on_records`` in
-    chunks, as they would in a read of the whole file. The last part also reads the end of
-    the array (damage there is noted as in a whole read) and returns the object's metadata
-    (None otherwise, and for a bare array)."""
-    block_bytes = block_bytes or BLOCK_BYTES
-    start, end = split.parts[index]
-    decoder = ChunkDecoder(decode, repair=repair, damage=damage)
-    on_chunk = _dropping_none(on_records, damage)
-    # from the byte before the first record: the slot of the in-place decode's "["
-    text = _Text(path, block_bytes, damage, _range_blocks(path, start - 1, end, block_bytes))
-    text.more()
-    pos = _decode_chunks(text, 1, decoder, on_chunk, block_bytes)
-    with memoryview(text.buf) as mv:
-        rest = bytes(mv[pos:])
-    text.buf.clear()
-    if end is None:
-        return _finish(rest, 0, split.container, split.header, decoder, on_chunk)
-    if rest.strip(_WS):
-        recs, _ = decoder.chunk(rest, final=True)
-        if recs:
-            on_chunk(recs, rest)
-    return None
 
 
 def _find_events(path: Path, text: _Text, pos: int) -> tuple[bytes, int]:
@@ -709,6 +510,16 @@ def _decode_meta(header: bytes, rest: bytes, damage: Damage) -> dict | None:
     return {}
 
 
+def _without_zero_fill(rest: bytes, damage: Damage) -> bytes:
+    """``rest`` without NUL bytes (and whitespace) at its end: the zero fill a crash leaves
+    after the end of an extended file, noted in ``damage``."""
+    padded = rest.rstrip(_WS + b"\0")
+    if b"\0" not in rest[len(padded):]:
+        return rest
+    damage.notes.append(f"{rest.count(0, len(padded)):,} byte(s) of NUL data after the end of the trace were ignored")
+    return padded
+
+
 def _after_the_end(rest: bytes, cands: list[int], container: str, header: bytes, decoder: ChunkDecoder,
                    ) -> tuple[list, dict | None, bytes, int] | None:
     """``(records, metadata, junk, where the array closes)`` when ``rest`` holds the end of
@@ -741,12 +552,7 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
             on_chunk) -> dict | None:
     """Decode the last part of the array, find its end, and the object's trailing keys."""
     damage = decoder.damage
-    rest = buf[pos:]
-    padded = rest.rstrip(_WS + b"\0")
-    if b"\0" in rest[len(padded):]:  # zero fill after the end (a crash on an extended file)
-        damage.notes.append(f"{rest.count(0, len(padded)):,} byte(s) of NUL data after the end of the trace "
-                            "were ignored")
-        rest = padded
+    rest = _without_zero_fill(buf[pos:], damage)
     end = len(rest.rstrip(_WS))
     # 1. a properly closed array: "]" right after a record's "}" (or an empty array);
     # try the candidates from the end (keys after the array may hold "]" in strings)

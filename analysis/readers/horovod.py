@@ -1,4 +1,4 @@
-"""Horovod timeline reader (``HOROVOD_TIMELINE=file``; FORMATS.md section 1).
+"""Horovod timeline reader (``HOROVOD_TIMELINE=file``; docs/formats.md §1).
 
 The timeline is a Chrome-trace JSON array written by the coordinator (rank 0) only. Each
 tensor is a "process": ``pid`` N is the tensor named by the ``process_name`` metadata record
@@ -48,9 +48,10 @@ Notes
   read up to the last complete record. Tensor names are written unescaped, so a name with
   ``"`` breaks the JSON: such records are recovered by a record-by-record parse with a
   regex for the ``process_name`` record layout (counted in the warning).
-* **Fusion duplicates** (FORMATS.md section 1, quirk 1): Horovod writes the same activity
+* **Fusion duplicates** (docs/formats.md §1, quirk 1): Horovod writes the same activity
   for every tensor of a fused batch, so summing activity time across tensors overcounts.
-  The reader keeps the rows as written; use :func:`dedupe_fused` before summing.
+  The reader keeps the rows as written; use :func:`analysis.metrics.dedupe_fused` before
+  summing.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io
-from analysis.readers import _assembly, _chrome, _split, default_run_id, register
+from analysis.readers import _assembly, _chrome
+from analysis.readers.registry import default_run_id, register
 from analysis.schema import KINDS
 
 NAME = "horovod"
@@ -207,7 +209,7 @@ def _match_compact(is_b: np.ndarray, pid: np.ndarray):
 
 
 def _match_loop_compact(is_b: np.ndarray, pid: np.ndarray, benign: np.ndarray,
-                        benign_pids: set[int], part: _PartLog | None = None):
+                        benign_pids: set[int]):
     """Reference stack matcher over B/E records (``is_b`` False = E) in file order, used
     when an E arrives with nothing open on its pid; state is carried between chunks.
 
@@ -220,10 +222,6 @@ def _match_loop_compact(is_b: np.ndarray, pid: np.ndarray, benign: np.ndarray,
     Returns ``(b_pos, e_pos, level, open_pos, n_bad_e)``: the pairs in B order with their
     nesting level (1 = outermost), the B records left open and the count of E records
     with nothing open.
-
-    With ``part`` (a part of a file read apart, whose earlier parts are not known here), an
-    E with nothing open is not judged: its position goes to ``part.orphans`` with what the
-    part knows of its pid (see :class:`_PartLog`), and the merge decides.
     """
     stacks: dict[int, list[int]] = {}
     bs, es, lv = [], [], []
@@ -243,10 +241,6 @@ def _match_loop_compact(is_b: np.ndarray, pid: np.ndarray, benign: np.ndarray,
                 benign_pids.add(p)
             else:
                 benign_pids.discard(p)
-            if part is not None:
-                part.closed[p] = bool(benign[j])
-        elif part is not None:
-            part.found.append((i, part.closed.pop(p, None)))
         elif p in benign_pids:
             benign_pids.discard(p)  # Horovod's stray E after a barrier/join: not damage
         else:
@@ -302,26 +296,6 @@ def _enclosing(tick_rec: np.ndarray, tick_pid: np.ndarray, cand_b: np.ndarray,
 # streaming state
 
 
-class _PartLog:
-    """What a part of a split file (``_split``) leaves for the merge, beyond its rows.
-
-    * ``closed``: per pid, whether the last span closed since the part began (or since the
-      pid's last orphan) was a barrier/join negotiation;
-    * ``found``: the orphans of the chunk being matched (position, ``closed`` state);
-    * ``orphans``: E records with nothing open in the part (record, pid, ns, what
-      ``closed`` said before them: -1 nothing, 0 other, 1 barrier/join; payload bytes, -1
-      none), which close spans opened in earlier parts or are stray;
-    * ``ticks``: readiness ticks the part could not place in a negotiation (row within the
-      ticks group, record, pid), which may lie in one opened in an earlier part.
-    """
-
-    def __init__(self) -> None:
-        self.closed: dict[int, bool] = {}
-        self.found: list[tuple[int, bool | None]] = []
-        self.orphans: list[dict[str, np.ndarray]] = []
-        self.ticks: list[dict[str, np.ndarray]] = []
-
-
 _PH_B, _PH_E, _PH_X, _PH_M = (ord(c) for c in "BEXM")
 _PH_INSTANT = np.array([ord(c) for c in "iIn"], dtype=np.uint8)
 _PH_KNOWN = np.array([ord(c) for c in "BEXiInM"], dtype=np.uint8)
@@ -355,10 +329,8 @@ class _Stream:
     chunk, never a column per record of the whole file.
     """
 
-    def __init__(self, damage: _chrome.Damage, *, part: bool = False) -> None:
+    def __init__(self, damage: _chrome.Damage) -> None:
         self.damage = damage
-        #: set when reading a part of a split file: what the merge needs (:class:`_PartLog`)
-        self.part = _PartLog() if part else None
         # name categories, and properties by name code
         self.names = _assembly.Categories(
             neg=(lambda c: str(c).startswith("NEGOTIATE"), bool, False),
@@ -420,9 +392,6 @@ class _Stream:
         ti, oi = xi[is_tick], xi[~is_tick]
         if ti.size:
             tname = self._tick_names(base + ti, pid[ti], closed, still_open, kept)
-            if self.part is not None and (lost := tname == _NEG_TICK).any():
-                self.part.ticks.append({"row": self.rows.sizes["ticks"] + np.flatnonzero(lost),
-                                        "rec": base + ti[lost], "pid": pid[ti][lost]})
             self.rows.add("ticks", name=tname.astype(np.int32), rank=xr[is_tick],
                           start=ts_ns[ti], pid=pid[ti].astype(np.int32))
         if oi.size:
@@ -455,16 +424,14 @@ class _Stream:
         if res is None:
             benign = comb_b & benign_of[comb["name"]]
             b_pos, e_pos, level, open_pos, bad = _match_loop_compact(comb_b, comb["pid"], benign,
-                                                                     self.benign_pids, self.part)
+                                                                     self.benign_pids)
             self.count["bad_e"] += bad
-            if self.part is not None and self.part.found:
-                self._orphans(comb, nc, be, payload)
         else:
             b_pos, e_pos, level, _ = res
             still = comb_b.copy()
             still[b_pos] = False
             open_pos = np.flatnonzero(still)
-            if b_pos.size and (self.benign_pids or benign_of.any() or self.part is not None):
+            if b_pos.size and (self.benign_pids or benign_of.any()):
                 self._track_benign(comb["pid"][b_pos], e_pos, benign_of[comb["name"][b_pos]])
         e_loc = be[e_pos - nc]  # an E is always in this chunk
         closed = _take(comb, b_pos)
@@ -478,8 +445,6 @@ class _Stream:
         """Store closed spans; a payload (``(chunk positions, bytes)`` of records with
         dtype and shape) belongs to the span its E record closes."""
         start = spans["ts"]
-        if self.part is not None:  # negotiations inside a span: not merged (see _merge)
-            self.count["nested"] += int((self.names.props["neg"][spans["name"]] & (level > 1)).sum())
         dur = end - start
         neg = dur < 0
         if neg.any():
@@ -585,30 +550,12 @@ class _Stream:
         if not flag.any():  # no barrier or join closed here: every pid's last was another
             u = np.unique(pair_pid).tolist()
             self.benign_pids.difference_update(u)
-            if self.part is not None:
-                self.part.closed.update(dict.fromkeys(u, False))
             return
         o = np.argsort(e_pos)[::-1]  # latest closure first
         u, first = np.unique(pair_pid[o], return_index=True)
         last = flag[o][first]
         self.benign_pids.update(u[last].tolist())
         self.benign_pids.difference_update(u[~last].tolist())
-        if self.part is not None:
-            self.part.closed.update(zip(u.tolist(), last.tolist(), strict=True))
-
-    def _orphans(self, comb: dict, nc: int, be: np.ndarray,
-                 payload: tuple[np.ndarray, np.ndarray]) -> None:
-        """Keep the chunk's orphan E records (:class:`_PartLog`) for the merge."""
-        found = self.part.found
-        pos = np.array([i for i, _ in found], dtype=np.int64)
-        prev = np.array([-1 if f is None else int(f) for _, f in found], dtype=np.int8)
-        found.clear()
-        e_loc = be[pos - nc]  # an E is always in this chunk
-        ok, nbytes = _payload_at(payload, e_loc)
-        nbytes[~ok] = -1
-        self.part.orphans.append({"rec": comb["rec"][pos], "pid": comb["pid"][pos],
-                                  "ts": comb["ts"][pos], "prev": prev, "bytes": nbytes})
-
 
 # --------------------------------------------------------------------------------------
 # read
@@ -644,7 +591,7 @@ def _activity_kind(name: str) -> str:
     return "other"
 
 
-def read(path: str | Path, *, run_id: str | None = None, workers: int = 1) -> pd.DataFrame:
+def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     """Read a Horovod timeline into the event schema.
 
     Parameters
@@ -653,9 +600,6 @@ def read(path: str | Path, *, run_id: str | None = None, workers: int = 1) -> pd
         ``HOROVOD_TIMELINE`` output (``.json``; gzip is accepted too).
     run_id
         Value of the ``run_id`` column; default: the file name without suffixes.
-    workers
-        Processes that decode parts of a large plain (not gzipped) file at once
-        (:mod:`analysis.readers._split`); the frame and warnings are those of ``workers=1``.
 
     Returns
     -------
@@ -671,11 +615,6 @@ def read(path: str | Path, *, run_id: str | None = None, workers: int = 1) -> pd
     """
     path = Path(path)
     run_id = run_id if run_id is not None else default_run_id(path)
-    merged = _merge(_split.read_parts(path, workers, _part))
-    if merged is not None:
-        df = _build(merged, run_id)
-        merged.damage.warn(path, stacklevel=3)
-        return df
     damage = _chrome.Damage()
     state = _Stream(damage)
     layout = _chrome.stream(path, _decode, state.add, damage, repair=_repair)
@@ -686,189 +625,6 @@ def read(path: str | Path, *, run_id: str | None = None, workers: int = 1) -> pd
     df = _build(state, run_id)
     damage.warn(path, stacklevel=3)
     return df
-
-
-# --------------------------------------------------------------------------------------
-# a file read in parts (analysis.readers._split)
-
-
-def _part(path: Path, split: _chrome.Split, index: int) -> dict:
-    """One part of a split timeline, matched as far as the part alone allows (in a worker)."""
-    damage = _chrome.Damage()
-    st = _Stream(damage, part=True)
-    _chrome.read_part(path, split, index, _decode, st.add, damage, repair=_repair)
-    log = st.part
-    return {"rows": st.rows, "names": list(st.names.index), "n": st.n, "count": st.count,
-            "bad_ph": st.bad_ph_names, "tensors": st.tensors, "epoch_us": st.epoch_us,
-            "open": st.open, "closed": log.closed, "orphans": _stacked(log.orphans),
-            "ticks": _stacked(log.ticks), "damage": damage, "array": split.container == "array"}
-
-
-def _stacked(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {k: np.concatenate([t[k] for t in tables]) for k in tables[0]} if tables else {}
-
-
-def _merge(parts: list[dict] | None) -> _Stream | None:
-    """The state a serial read leaves, from the parts of a split timeline; None (read
-    serially) when there are no parts, one noted damage, or a negotiation lies inside
-    another span (where the readiness ticks' negotiation would depend on the cut)."""
-    if parts is None or not all(_split.clean(p["damage"]) and p["array"] for p in parts):
-        return None
-    merge = _Merge()
-    if not all(merge.add(p) for p in parts):
-        return None
-    return merge.finish()
-
-
-_NEVER = np.iinfo(np.int64).max
-
-
-class _Merge:
-    """Parts of a split timeline joined in file order.
-
-    Keeps the B records open at the end of the parts so far (a stack per pid) and, per pid,
-    whether the last closed span was a barrier/join negotiation. For each part, its orphan
-    E records close the innermost open spans of their pid (or are Horovod's stray E after
-    a barrier/join, or unmatched); its spans begun while spans of earlier parts were still
-    open on their pid are nested one level deeper than the part could see (never top
-    level); its readiness ticks outside any negotiation of its own may lie in one opened
-    earlier. Record numbers are shifted and name codes renumbered.
-    """
-
-    def __init__(self) -> None:
-        self.st = _Stream(_chrome.Damage())
-        self.stacks: dict[int, list[tuple[int, int, int]]] = {}  # pid -> [(rec, ns, name)]
-        self.benign: dict[int, bool] = {}
-
-    def add(self, part: dict) -> bool:
-        """Join one part; False when it cannot be merged exactly."""
-        st = self.st
-        if part["count"].get("nested") or part["count"].get("reused_pid"):
-            return False
-        if any(st.tensors.get(p, name) != name for p, name in part["tensors"].items()):
-            return False  # a pid renamed across parts: its lifetimes are read serially
-        off = st.n
-        names = _assembly.code_remap(st.names.encode(part["names"]))
-        rows = part["rows"]
-        for g in _GROUPS:
-            if "name" in rows.pieces[g]:
-                rows.pieces[g]["name"] = [names(x) for x in rows.pieces[g]["name"]]
-        neg_open = {}  # pid -> name of the negotiation open on it
-        for p, stack in self.stacks.items():
-            negs = [nm for _, _, nm in stack if st.names.props["neg"][nm]]
-            if len(negs) > 1:
-                return False
-            if negs:
-                neg_open[p] = negs[0]
-        release, neg_close = self._close(part.get("orphans") or {})
-        if release is None:
-            return False
-        if not self._fix_spans(rows, release, off):
-            return False
-        self._fix_ticks(rows, part.get("ticks") or {}, neg_open, neg_close)
-        st.rows.extend(rows)
-        op = part["open"]
-        for i in np.argsort(op["rec"], kind="stable").tolist():
-            self.stacks.setdefault(int(op["pid"][i]), []).append(
-                (int(op["rec"][i]) + off, int(op["ts"][i]), int(names(op["name"][i : i + 1])[0])))
-        self.benign.update(part["closed"])
-        for key, value in part["count"].items():
-            st.count[key] += value
-        st.bad_ph_names |= part["bad_ph"]
-        st.tensors.update(part["tensors"])
-        if part["epoch_us"] is not None:
-            st.epoch_us = part["epoch_us"]
-        st.n += part["n"]
-        return True
-
-    def _close(self, orphans: dict) -> tuple[dict | None, dict]:
-        """Match a part's orphan E records with the open spans of earlier parts; store the
-        spans. Returns, per pid that had spans open, the record (part-local) of the E that
-        closed the last of them (``_NEVER``: still open), and per pid the record of the E
-        that closed its open negotiation; ``(None, {})`` when a negotiation was nested."""
-        st = self.st
-        props = st.names.props
-        release = {p: _NEVER for p, stack in self.stacks.items() if stack}
-        neg_close: dict[int, int] = {}
-        cols: dict[str, list] = {k: [] for k in ("rec", "name", "top", "start", "dur", "pid")}
-        payload: list[tuple[int, int]] = []
-        if not orphans:
-            return release, neg_close
-        for rec, p, ts, prev, nb in zip(*(orphans[k].tolist() for k in
-                                          ("rec", "pid", "ts", "prev", "bytes")), strict=True):
-            if prev >= 0:
-                self.benign[p] = bool(prev)
-            stack = self.stacks.get(p)
-            if not stack:
-                if self.benign.get(p):
-                    self.benign[p] = False  # Horovod's stray E after a barrier/join
-                else:
-                    st.count["bad_e"] += 1
-                continue
-            level = len(stack)
-            b_rec, b_ts, b_name = stack.pop()
-            if props["neg"][b_name]:
-                if level > 1:
-                    return None, {}
-                neg_close[p] = rec
-            if nb >= 0:
-                payload.append((len(cols["rec"]), nb))
-            for k, v in zip(cols, (b_rec, b_name, level == 1, b_ts, ts - b_ts, p), strict=True):
-                cols[k].append(v)
-            self.benign[p] = bool(props["benign"][b_name])
-            if not stack:
-                release[p] = rec
-        if cols["rec"]:
-            dur = np.array(cols["dur"], dtype=np.int64)
-            st.count["neg_dur"] += int((dur < 0).sum())
-            if payload:
-                at, nbytes = np.array(payload, dtype=np.int64).T
-                st.rows.add_sparse("bytes", st.rows.sizes["spans"] + at, nbytes, group="spans")
-            st.rows.add("spans", rec=np.array(cols["rec"], dtype=np.int64),
-                        name=np.array(cols["name"], dtype=np.int32),
-                        top=np.array(cols["top"], dtype=bool),
-                        start=np.array(cols["start"], dtype=np.int64), dur=np.maximum(dur, 0),
-                        pid=np.array(cols["pid"], dtype=np.int32))
-        return release, neg_close
-
-    def _fix_spans(self, rows: _assembly.Assembler, release: dict, off: int) -> bool:
-        """Spans of the part begun while earlier parts' spans were open on their pid are
-        not top level; record numbers become the file's. False for a negotiation there."""
-        pieces = rows.pieces["spans"]
-        keys = np.array(sorted(release), dtype=np.int64)
-        until = np.array([release[k] for k in keys.tolist()], dtype=np.int64)
-        neg = self.st.names.props["neg"]
-        for i, rec in enumerate(pieces.get("rec", [])):
-            if keys.size:
-                pid, top = pieces["pid"][i], pieces["top"][i]
-                j = np.minimum(np.searchsorted(keys, pid), keys.size - 1)
-                inside = top & (keys[j] == pid) & (rec < until[j])
-                if inside.any():
-                    if neg[pieces["name"][i][inside]].any():
-                        return False
-                    top[inside] = False
-            pieces["rec"][i] = rec + off
-        return True
-
-    def _fix_ticks(self, rows: _assembly.Assembler, ticks: dict, neg_open: dict,
-                   neg_close: dict) -> None:
-        """Name the part's ticks that lie in a negotiation opened in an earlier part."""
-        if not ticks or not neg_open:
-            return
-        names = rows.pieces["ticks"]["name"]
-        starts = np.cumsum([0] + [x.size for x in names])
-        for row, rec, p in zip(*(ticks[k].tolist() for k in ("row", "rec", "pid")), strict=True):
-            if p in neg_open and rec < neg_close.get(p, _NEVER):
-                i = int(np.searchsorted(starts, row, side="right")) - 1
-                names[i][row - starts[i]] = neg_open[p]
-
-    def finish(self) -> _Stream:
-        """The merged state, with the B records still open at the end."""
-        left = np.array([(rec, p, ts, nm) for p, stack in self.stacks.items()
-                         for rec, ts, nm in stack], dtype=np.int64).reshape(-1, 4)
-        rec, pid, ts, name = left.T
-        self.st.open = {"rec": rec, "pid": pid, "ts": ts, "name": name.astype(np.int32)}
-        return self.st
 
 
 #: The notes of the file's warning, in order: a count of :attr:`_Stream.count` and its text.
@@ -993,44 +749,14 @@ def _by_name_and_top(tables: tuple[np.ndarray, ...], x: np.ndarray, top: np.ndar
     return tuple(t[at] for t in tables)
 
 
-def dedupe_fused(df: pd.DataFrame) -> pd.DataFrame:
-    """Drop the duplicate activity rows Horovod writes for every tensor of a fused batch.
+def __getattr__(name: str) -> Any:
+    # ``dedupe_fused`` moved to the metrics (issue 26), which may not import a reader; its
+    # old name here stays, loaded on first use
+    if name == "dedupe_fused":
+        from analysis.metrics.fusion import dedupe_fused
 
-    ``ActivityStartAll`` records the same activity (same name, same start) on each tensor
-    of a fusion batch, so summing activity time across tensors overcounts (FORMATS.md
-    section 1, quirk 1: deduplicate on (name, ts)). This keeps the first row of each
-    ``(run_id, rank, name, start_ns)`` among ``cat == "activity"`` rows; other rows are
-    returned unchanged. The end is not part of the key: older Horovod closes the activity
-    of each tensor separately, microseconds apart. The ``tensor`` of a kept row is one
-    tensor of the batch. This is the one definition: ``metrics.horovod_allreduce`` uses it.
-
-    Parameters
-    ----------
-    df
-        Events from :func:`read` (any frame in the event schema works).
-
-    Returns
-    -------
-    pandas.DataFrame
-        A new frame (input untouched) with a fresh ``RangeIndex``.
-
-    Examples
-    --------
-    >>> from analysis.schema import KINDS, make_events
-    >>> ev = make_events(name=["MPI_ALLREDUCE", "MPI_ALLREDUCE", "ALLREDUCE"], kind="comm",
-    ...                  cat=["activity", "activity", "op"], start_ns=[5, 5, 0],
-    ...                  dur_ns=[3, 3, 10], tensor=["a", "b", "a"], rank=0, source="horovod")
-    >>> len(dedupe_fused(ev))
-    2
-    """
-    act = (df["cat"] == "activity").to_numpy()
-    if not act.any():
-        return df.reset_index(drop=True).copy()
-    sub = df.loc[act, ["run_id", "rank", "name", "start_ns"]]
-    dup = sub.duplicated(keep="first")
-    drop = np.zeros(len(df), dtype=bool)
-    drop[np.flatnonzero(act)[dup.to_numpy()]] = True
-    return df.loc[~drop].reset_index(drop=True)
+        return dedupe_fused
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 register(
@@ -1039,6 +765,5 @@ register(
     read=read,
     kind="events",
     suffixes=(".json",),
-    parts=True,
     description="Horovod timeline (HOROVOD_TIMELINE)",
 )

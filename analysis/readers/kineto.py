@@ -1,4 +1,4 @@
-"""PyTorch profiler (Kineto) Chrome-trace reader (FORMATS.md section 2).
+"""PyTorch profiler (Kineto) Chrome-trace reader (docs/formats.md §2).
 
 Reads ``prof.export_chrome_trace`` / ``tensorboard_trace_handler`` output (``.json`` or
 ``.json.gz``, and the ``.tmp`` a crashed run leaves), every schema generation: the old
@@ -69,7 +69,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io
-from analysis.readers import _assembly, _chrome, _split, default_run_id, register
+from analysis.readers import _assembly, _chrome
+from analysis.readers.registry import default_run_id, register
 from analysis.schema import KINDS
 
 NAME = "kineto"
@@ -360,7 +361,7 @@ def _rank_from(meta: dict | None, path: Path, damage: _chrome.Damage) -> int | N
 # read
 
 
-def read(path: str | Path, *, run_id: str | None = None, workers: int = 1) -> pd.DataFrame:
+def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
     """Read a PyTorch profiler (Kineto) Chrome trace into the event schema.
 
     Parameters
@@ -369,9 +370,6 @@ def read(path: str | Path, *, run_id: str | None = None, workers: int = 1) -> pd
         ``*.json``, ``*.json.gz`` or an unterminated ``*.json.tmp``.
     run_id
         Value of the ``run_id`` column; default: the file name without suffixes.
-    workers
-        Processes that decode parts of a large plain (not gzipped) file at once
-        (:mod:`analysis.readers._split`); the frame and warnings are those of ``workers=1``.
 
     Returns
     -------
@@ -386,46 +384,12 @@ def read(path: str | Path, *, run_id: str | None = None, workers: int = 1) -> pd
     """
     path = Path(path)
     run_id = run_id if run_id is not None else default_run_id(path)
-    merged = _merge(_split.read_parts(path, workers, _part))
-    if merged is not None:
-        state, meta = merged
-        df = _build(state, meta, path, run_id)
-        state.damage.warn(path, stacklevel=3)
-        return df
     damage = _chrome.Damage()
     state = _State(damage)
     layout = _chrome.stream(path, _decode, state.add, damage)
     df = _build(state, layout.metadata, path, run_id)
     damage.warn(path, stacklevel=3)
     return df
-
-
-def _part(path: Path, split: _chrome.Split, index: int) -> dict:
-    """One part of a split file, read as :func:`read` reads the whole (in a worker)."""
-    damage = _chrome.Damage()
-    state = _State(damage)
-    meta = _chrome.read_part(path, split, index, _decode, state.add, damage)
-    return {"rows": state.rows, "names": list(state.name.index), "cats": list(state.cat.index),
-            "skipped": state.skipped_unknown, "unnamed": state.unnamed,
-            "negative": state.negative, "damage": damage, "meta": meta}
-
-
-def _merge(parts: list[dict] | None) -> tuple[_State, dict | None] | None:
-    """One state from the parts of a split file, as a serial read leaves it: category codes
-    renumbered in order of first appearance, sparse rows shifted. None (read serially)
-    when there are no parts or one of them noted damage."""
-    if parts is None or not all(_split.clean(p["damage"]) for p in parts):
-        return None
-    state = _State(_chrome.Damage())
-    for part in parts:
-        names = _assembly.code_remap(state.name.encode(part["names"]))
-        cats = _assembly.code_remap(state.cat.encode(part["cats"]))
-        state.rows.extend(part["rows"], recode={"name": names, "cat": cats})
-        for k, v in part["skipped"].items():
-            state.skipped_unknown[k] = state.skipped_unknown.get(k, 0) + v
-        state.unnamed += part["unnamed"]
-        state.negative += part["negative"]
-    return state, parts[-1]["meta"]
 
 
 def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.DataFrame:
@@ -586,6 +550,5 @@ register(
     read=read,
     kind="events",
     suffixes=(".json", ".json.gz"),
-    parts=True,
     description="PyTorch profiler / Kineto Chrome trace (.json, .json.gz)",
 )

@@ -53,7 +53,7 @@ import pandas as pd
 
 from analysis._io import head, read_text
 from analysis.errors import ReadError, RecoveryWarning, SchemaError
-from analysis.readers import default_run_id, register
+from analysis.readers.registry import default_run_id, register
 
 NAME = "nccl"
 SUFFIXES = (".log", ".txt", ".out", ".err")
@@ -71,7 +71,7 @@ COLUMNS: dict[str, str] = {
 }
 RECORDS = ("version", "comm", "connection", "ring", "tree", "channels", "network", "ib", "env", "warn")
 
-# FORMATS.md §1.3: search, never anchor; whatever precedes is an outer prefix (mpirun tag,
+# docs/formats.md §3.2: search, never anchor; whatever precedes is an outer prefix (mpirun tag,
 # indentation, timestamp). The location part (WARN/TRACE) must not swallow another prefix.
 _PREFIX = re.compile(
     r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) (?:\[(?P<dev>-?\d+)\] )?(?:\d+\.\d+ )?"
@@ -97,7 +97,7 @@ _GRAPH_RING = re.compile(r"^Ring (?P<ch>\d+) : (?P<prev>-?\d+) -> (?P<rank>\d+) 
 _GRAPH_TREE = re.compile(r"^Tree (?P<ch>\d+) : (?P<up>-?\d+) -> (?P<rank>\d+) -> (?P<down>[-\d/]+)\s*$")
 _TREE_ITEM = re.compile(r"\[(?P<ch>\d+)\] (?P<item>\S+)")
 _TREE_FULL = re.compile(r"^[-\d/]+->-?\d+->[-\d/]+(?:\|[-\d/]+->-?\d+->[-\d/]+)?$")
-#: NCCL formats each line in a 1024-byte buffer: a longer one is cut (FORMATS.md §1.2).
+#: NCCL formats each line in a 1024-byte buffer: a longer one is cut (docs/formats.md §3.1).
 CUT_LINE_LEN = 1023
 _CHANNELS = re.compile(r"^(?P<n>\d+) coll channels,(?:.*?(?P<nvls>\d+) nvls channels)?")
 _NETWORK = re.compile(r"^Using network (?P<net>.+?)\s*$")

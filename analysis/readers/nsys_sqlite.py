@@ -65,7 +65,6 @@ import pandas as pd
 
 from analysis import schema
 from analysis.errors import ReadError, RecoveryWarning
-from analysis.readers import default_run_id, register
 from analysis.readers._cupti import (
     SQLITE_ERRORS,
     VALUE_ERRORS,
@@ -81,6 +80,7 @@ from analysis.readers._cupti import (
     table_columns,
     value_error,
 )
+from analysis.readers.registry import default_run_id, register
 
 NAME = "nsys_sqlite"
 SUFFIXES = (".sqlite", ".db", ".sqlite3")

@@ -47,7 +47,7 @@ import pandas as pd
 from analysis import schema
 from analysis._io import decode_utf8, drop_nul_lines, head, keep_parsed, read_text_bytes
 from analysis.errors import ReadError, RecoveryWarning
-from analysis.readers import default_run_id, register
+from analysis.readers.registry import default_run_id, register
 
 NAME = "nvml"
 SUFFIXES = (".csv", ".log", ".txt")

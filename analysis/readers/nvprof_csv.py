@@ -35,8 +35,8 @@ import pandas as pd
 from analysis import schema
 from analysis._io import head, keep_parsed, read_text
 from analysis.errors import ReadError, RecoveryWarning
-from analysis.readers import default_run_id, register
 from analysis.readers._cupti import api_category, is_nccl_kernel, is_sync_api
+from analysis.readers.registry import default_run_id, register
 
 NAME = "nvprof_csv"
 SUFFIXES = (".csv", ".log", ".txt")

@@ -10,7 +10,7 @@ NODE, ``cross-socket`` for SYS/SOC), ``nic_name`` (the peer's name from the ``NI
 Legend``, or the label itself when the header names it, e.g. ``mlx5_0``), ``cpu_affinity``
 and ``numa_affinity`` of ``device`` (text as printed; missing for NIC rows).
 
-Parsing follows the recipe in FORMATS.md ("nvidia-smi topo -m matrix"): the header is the
+Parsing follows the recipe in docs/formats.md §4 (the `nvidia-smi topo -m` matrix): the header is the
 first line containing ``GPU0``; its tokens before ``CPU`` are the device labels; a row is a
 line whose first token is a label and that is not the header; the next N tokens are cells;
 the matrix ends at the first blank line or ``Legend:``. Any tabs/spaces mix is accepted, and
@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis._io import head, read_text
 from analysis.errors import ReadError, SchemaError
-from analysis.readers import default_run_id, register
+from analysis.readers.registry import default_run_id, register
 
 NAME = "nvsmi_topo"
 SUFFIXES = (".txt", ".log", ".out", ".topo")

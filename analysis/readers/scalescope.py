@@ -42,7 +42,7 @@ import pandas as pd
 from analysis import _io, schema
 from analysis._io import head
 from analysis.errors import ReadError, RecoveryWarning
-from analysis.readers import REGISTRY, default_run_id, register
+from analysis.readers.registry import REGISTRY, default_run_id, register
 from analysis.rundir import FORMAT_VERSION as MANIFEST_VERSION
 from analysis.rundir import RUN_FORMAT as MANIFEST_FORMAT
 from analysis.rundir import clock_offsets, read_epochs, read_manifest
@@ -693,7 +693,7 @@ def _read_rank_traces(run_dir: Path, run_id: str, offsets: dict[int, int], ranks
         r = ranks.get(rank)
         if r is not None and len(df):
             if r.get("host") is not None:
-                df["host"] = schema._as_category(r["host"], len(df))
+                df["host"] = schema.as_category(r["host"], len(df))
             if r.get("local_rank") is not None:
                 df["local_rank"] = pd.array([int(r["local_rank"])] * len(df), dtype="Int32")
             if r.get("device") is not None:
@@ -705,7 +705,7 @@ def _read_rank_traces(run_dir: Path, run_id: str, offsets: dict[int, int], ranks
 def _read_profilers(run_dir: Path, run_id: str, offsets: dict[int, int],
                     ranks: dict[int, dict]) -> list[pd.DataFrame]:
     """Kineto traces in ``torch_profiler/`` and nsys SQLite exports in ``nsys/``."""
-    from analysis.readers import read
+    from analysis.readers.file import read
 
     files = [(f, "kineto") for f in sorted((run_dir / "torch_profiler").glob("*.pt.trace.json*"))
              if not f.name.startswith(".")]
@@ -733,7 +733,7 @@ def _fill_hosts(df: pd.DataFrame, ranks: dict[int, dict]) -> pd.DataFrame:
     r = df.loc[need, "rank"].astype(int)
     hosts = df["host"].astype(object).where(df["host"].notna(), None)
     hosts.loc[need] = r.map(lambda k: (ranks.get(k) or {}).get("host")).to_numpy()
-    df["host"] = schema._as_category(hosts.tolist(), len(df))
+    df["host"] = schema.as_category(hosts.tolist(), len(df))
     lr = df["local_rank"].astype(object)
     lr.loc[need & df["local_rank"].isna()] = r.map(
         lambda k: (ranks.get(k) or {}).get("local_rank")).to_numpy()
@@ -758,7 +758,7 @@ def _read_timeline(path: Path, run_id: str) -> list[pd.DataFrame]:
         warnings.warn(f"{path}: empty (Horovod recorded no timeline events); skipped",
                       RecoveryWarning, stacklevel=3)
         return []
-    from analysis.readers import read
+    from analysis.readers.file import read
 
     return [read(path, "horovod", run_id=run_id)]
 

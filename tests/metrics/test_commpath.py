@@ -12,6 +12,7 @@ import pytest
 import analysis
 from analysis.errors import RecoveryWarning
 from analysis.metrics import commpath as C
+from analysis.runtable import run_comm_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "corpus" / "nccl"
@@ -86,7 +87,8 @@ def test_own_single_rank_capture():
     ({"framework": "ddp", "backend": "nccl", "n_nodes": 1}, "intra-node NCCL (no NCCL log captured)"),
 ])
 def test_comm_path_from_the_manifest(tmp_path, manifest, path):
-    assert C.run_comm_path(tmp_path, manifest)["comm_path"] == path
+    assert C.comm_path(manifest)["comm_path"] == path
+    assert run_comm_path(tmp_path, manifest)["comm_path"] == path
 
 
 def test_nccl_logs_in_the_run_directory_win(tmp_path):
@@ -94,7 +96,7 @@ def test_nccl_logs_in_the_run_directory_win(tmp_path):
         pytest.skip(f"NCCL corpus not present at {CORPUS}")
     src = CORPUS / "gnosia93__training-on-eks__g6e-1pod-4proc-shm.log"
     (tmp_path / "nccl.llama.232.log").write_bytes(src.read_bytes())
-    got = C.run_comm_path(tmp_path, {"framework": "ddp", "backend": "nccl", "n_nodes": 1})
+    got = run_comm_path(tmp_path, {"framework": "ddp", "backend": "nccl", "n_nodes": 1})
     assert got["comm_path"] == "intra-node SHM" and got["nccl_version"] == "2.27.3+cuda12.9"
 
 

@@ -15,7 +15,8 @@ def test_export_table_latex_and_csv(tmp_path):
     tex, csv = export_table(df, tmp_path / "scaling", caption="Speedup")
     assert tex.name == "scaling.tex" and csv.name == "scaling.csv"
     text = tex.read_text()
-    assert "\\toprule" in text and "1.481" in text and "hvd\\_gloo" in text and "\\caption{Speedup}" in text
+    assert "\\toprule" in text and "1.48" in text and "hvd\\_gloo" in text and "\\caption{Speedup}" in text
+    assert "\\label{tab:scaling}" in text and "Speedup" in text and "Ranks" in text
     pd.testing.assert_frame_equal(pd.read_csv(csv), df)
 
 

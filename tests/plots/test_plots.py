@@ -95,7 +95,8 @@ def test_plot_backends_overhead_batch_model():
                       "overhead_pct": [15.0]})
     fo = P.plot_overhead(o)
     assert list(fo.data[1].text) == ["+15.0 %"]
-    assert fo.layout.yaxis.title.text == "epoch time (s)"
+    assert fo.layout.yaxis.title.text == "epoch time (ms)"  # ms below 10 s, as the tables
+    assert list(fo.data[1].y) == pytest.approx([46.0])
     bs = pd.DataFrame({"config_backend": "none", "batch_size": [10, 20], "epoch_time_s": [0.04, 0.036]})
     fb = P.plot_batch_size(bs)
     assert list(fb.data[0].x) == [10, 20] and fb.layout.xaxis.title.text == "batch size per rank (samples)"

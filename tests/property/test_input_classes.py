@@ -67,7 +67,7 @@ def _read(path: Path, fmt: str) -> tuple[pd.DataFrame | None, list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            df = analysis.read(path, fmt, cache=False, workers=1)
+            df = analysis.read(path, fmt, cache=False)
         except ScalescopeError as exc:
             assert str(path) in str(exc) or path.name in str(exc), exc
             return None, [str(exc)]

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.readers import _assembly, _chrome, kineto
+from analysis.readers import _assembly, _chrome, _memory, kineto
 
 
 def _pieces(arr: np.ndarray, rng) -> list[np.ndarray]:
@@ -68,23 +68,63 @@ def test_small_pages_switches_numpy_off_while_inside_and_restores(monkeypatch):
     from numpy._core import multiarray as ma
 
     before = ma._get_madvise_hugepage()
-    monkeypatch.setattr(_assembly, "_hugepages_stall", lambda: True)
+    monkeypatch.setattr(_memory, "hugepages_stall", lambda: True)
     ma._set_madvise_hugepage(True)
     try:
-        with _assembly.small_pages():
+        with _memory.small_pages():
             assert not ma._get_madvise_hugepage()
-            with _assembly.small_pages():  # nested (another thread's read): still off
+            with _memory.small_pages():  # nested (another thread's read): still off
                 assert not ma._get_madvise_hugepage()
             assert not ma._get_madvise_hugepage()
         assert ma._get_madvise_hugepage()  # the last one out restores it
-        with pytest.raises(RuntimeError), _assembly.small_pages():
+        with pytest.raises(RuntimeError), _memory.small_pages():
             raise RuntimeError("a reader failed")
         assert ma._get_madvise_hugepage()
-        monkeypatch.setattr(_assembly, "_hugepages_stall", lambda: False)
-        with _assembly.small_pages():  # a kernel that never stalls: left as it is
+        monkeypatch.setattr(_memory, "hugepages_stall", lambda: False)
+        with _memory.small_pages():  # a kernel that never stalls: left as it is
             assert ma._get_madvise_hugepage()
     finally:
         ma._set_madvise_hugepage(before)
+
+
+def test_small_pages_act_only_for_large_inputs(monkeypatch, tmp_path):
+    """Rule 7 of issue 26: NumPy's process-wide switch is touched only by reads of files
+    large enough for it to matter (a gzipped file counts as its text's size)."""
+    import gzip
+    import random
+
+    from numpy._core import multiarray as ma
+
+    import analysis
+    from analysis import readers
+    from analysis.schema import make_events
+
+    monkeypatch.setattr(_memory, "SMALL_PAGES_MIN_BYTES", 4000)
+    assert not _memory.needs_small_pages(3999, False) and _memory.needs_small_pages(4000, False)
+    assert _memory.needs_small_pages(500, True) and not _memory.needs_small_pages(499, True)
+    monkeypatch.setattr(_memory, "hugepages_stall", lambda: True)
+    seen = []
+
+    def read(path, run_id=None):
+        seen.append(bool(ma._get_madvise_hugepage()))
+        return make_events(name=["x"], kind="compute", start_ns=[1], dur_ns=[1], source="t")
+
+    monkeypatch.setitem(readers.REGISTRY, "pages_test", readers.Reader("pages_test", lambda p: False, read))
+    small, large = tmp_path / "small.bin", tmp_path / "large.bin"
+    small.write_bytes(b"s" * 3000)
+    large.write_bytes(b"l" * 5000)
+    packed = tmp_path / "packed.gz"
+    packed.write_bytes(gzip.compress(random.Random(0).randbytes(1000)))  # about 1 KB
+    assert 500 < packed.stat().st_size < 4000
+    before = ma._get_madvise_hugepage()
+    ma._set_madvise_hugepage(True)
+    try:
+        for path in (small, large, packed):
+            analysis.read(path, "pages_test", cache=False)
+        assert ma._get_madvise_hugepage()  # restored
+    finally:
+        ma._set_madvise_hugepage(before)
+    assert seen == [True, False, False]  # small: left alone; large and gzipped: switched off
 
 
 def test_hugepages_stall_reads_the_active_defrag_mode(monkeypatch, tmp_path):
@@ -102,9 +142,9 @@ def test_hugepages_stall_reads_the_active_defrag_mode(monkeypatch, tmp_path):
                          ("always [defer] defer+madvise madvise never", False),
                          ("always defer defer+madvise madvise [never]", False)]:
         setting.write_text(text + "\n")
-        assert _assembly._hugepages_stall() is stalls, text
+        assert _memory.hugepages_stall() is stalls, text
     setting.unlink()
-    assert _assembly._hugepages_stall() is False  # no such setting (not Linux)
+    assert _memory.hugepages_stall() is False  # no such setting (not Linux)
 
 
 def test_assembler_joins_small_chunks_into_pieces(monkeypatch):
