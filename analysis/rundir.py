@@ -9,6 +9,12 @@ loads into a RunSet also loads its events:
   ``scalescope.experiment``; a missing ``format`` is refused) and whose ``format_version``
   is an integer from 1 up to :data:`FORMAT_VERSION`. Anything else raises
   :class:`~analysis.errors.ReadError` naming the file and the problem.
+* Every field the analysis takes from a manifest is checked against its type and range
+  (:data:`RUN_SCHEMA`, :data:`EXPERIMENT_RUN_SCHEMA`; ``docs/run-directory.md``, "Damaged
+  experiments"): a field of the wrong type or out of range (``gpu: "A100"``, a list for
+  ``config.labels``, ``world_size: 1e20 | "two" | 0 | -3``) is treated as missing and named,
+  never passed on. :func:`read_manifest` warns once per file, or appends the problems to
+  the caller's list (the runs table lists them under "Damaged runs").
 * Epoch metrics (``rank-NNNNN.epochs.jsonl``) drop a cut-off last line with a
   :class:`~analysis.errors.RecoveryWarning`; any other bad line raises (or, with a
   ``damage`` list, drops that file and records why).
@@ -17,21 +23,30 @@ loads into a RunSet also loads its events:
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from analysis._io import read_bytes
+from analysis._io import describe_bytes, read_text_bytes
 from analysis.errors import ReadError, RecoveryWarning
 
 __all__ = [
     "EPOCH_COLUMNS",
     "EXPERIMENT_FORMAT",
+    "EXPERIMENT_RUN_SCHEMA",
+    "EXPERIMENT_SCHEMA",
     "FORMAT_VERSION",
     "RUN_FORMAT",
+    "RUN_SCHEMA",
+    "checked_manifest",
+    "clean_fields",
     "clock_offsets",
+    "field_damage",
     "load_manifest",
     "log_tail",
     "read_epochs",
@@ -58,6 +73,177 @@ EPOCH_COLUMNS: dict[str, str] = {
 }
 
 
+# --------------------------------------------------------------------------------------
+# The per-field schema of the manifests: type and range of every field the analysis uses.
+# A check returns None for a good value, else what is wrong with it. null is always allowed
+# (a missing value); a dict spec checks the keys it names and passes the others through.
+
+Check = Callable[[Any], "str | None"]
+#: Largest world size, node count or rank scalescope takes from a manifest.
+MAX_RANKS = 1 << 20
+
+
+def _show(v: Any) -> str:
+    text = json.dumps(v) if isinstance(v, (str, int, float, bool)) else type(v).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _int(lo: int, hi: int) -> Check:
+    def check(v: Any) -> str | None:
+        if type(v) is not int:
+            return f"is {_show(v)}, not an integer"
+        return None if lo <= v <= hi else f"is {v}, outside [{lo}, {hi}]"
+    return check
+
+
+def _num(lo: float, hi: float = math.inf) -> Check:
+    def check(v: Any) -> str | None:
+        if type(v) not in (int, float) or not math.isfinite(v):
+            return f"is {_show(v)}, not a finite number"
+        return None if lo <= v <= hi else f"is {v}, outside [{lo}, {hi}]"
+    return check
+
+
+def _str(v: Any) -> str | None:
+    return None if isinstance(v, str) else f"is {_show(v)}, not a string"
+
+
+def _scalar(v: Any) -> str | None:
+    return None if isinstance(v, (str, int, float, bool)) else f"is {_show(v)}, not a string or number"
+
+
+def _list_of_str(v: Any) -> str | None:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        return f"is {_show(v)}, not a list of strings"
+    return None
+
+
+_COUNT = _int(0, 2**62)
+_ID = _int(-(2**63), 2**63 - 1)
+_RANK = _int(0, MAX_RANKS - 1)
+_RANKS = _int(1, MAX_RANKS)
+
+#: ``config`` of a run (``run.json`` and ``experiment.json`` entries): the sweep's settings.
+CONFIG_SCHEMA: dict[str, Any] = {
+    "backend": _str, "np": _RANKS, "batch_size": _int(1, 2**62), "repeat": _int(0, 2**31),
+    "scaling": _str, "data_scale": _int(1, 2**62),
+    "labels": ("mapping", _scalar), "vary": ("mapping", _scalar),
+}
+
+#: ``run.json``: the fields the runs table, the scalescope reader and the GPU mapping use.
+RUN_SCHEMA: dict[str, Any] = {
+    "run_id": _str, "status": _str, "exit_code": _ID, "exit_note": _str,
+    "start_time": _str, "end_time": _str,
+    "world_size": _RANKS, "n_nodes": _RANKS,
+    "ranks_per_host": ("mapping", ("list", _RANK)),
+    "ranks": ("list", {"rank": _RANK, "local_rank": _RANK, "host": _str, "pid": _ID,
+                       "device": _int(0, 2**15 - 1), "device_name": _str, "gpu_uuid": _str,
+                       "cuda_visible_devices": _scalar}),
+    "framework": _str, "backend": _str,
+    "horovod": {"controller": _str, "tensor_operation": _str, "version": _str},
+    "versions": ("mapping", _scalar),
+    "gpu": {"model": _str, "count": _COUNT, "per_node": _COUNT},
+    "batch_size": _int(1, 2**62), "global_batch_size": _int(1, 2**62),
+    "learning_rate": _num(0), "lr_scaling": _str, "epochs": _COUNT,
+    "data_scale": _int(1, 2**62), "curve_length": _COUNT, "time_budget_s": _num(0),
+    "mem_limit_mb": _num(0), "threads_per_rank": _COUNT,
+    "dataset_size": _COUNT, "n_params": _COUNT, "inject": _scalar,
+    "command": _list_of_str,
+    "slurm": ("mapping", _scalar),
+    "sampler": {"kind": _str, "interval_s": _num(0), "nvml_unavailable_reason": _str, "error": _str,
+                "hosts": ("mapping", {"rank": _RANK, "kind": _str, "file": _str,
+                                      "devices": ("list", {"index": _int(0, 2**15 - 1), "name": _str,
+                                                           "uuid": _str})})},
+    "config": CONFIG_SCHEMA,
+    "clock": {"reference_rank": _RANK, "offsets_ns": ("mapping", _int(-(2**62), 2**62)),
+              "spread_ns": ("mapping", _int(0, 2**62))},
+    "comm_capture": {}, "profilers": {}, "nvtx": {}, "horovod_timeline": {},
+}
+
+#: ``experiment.json`` itself (its ``runs`` are checked entry by entry).
+EXPERIMENT_SCHEMA: dict[str, Any] = {"name": _str, "created": _str, "command": _list_of_str,
+                                     "script": _list_of_str}
+
+#: One entry of ``experiment.json``'s ``runs`` (``run_id`` is checked on its own).
+EXPERIMENT_RUN_SCHEMA: dict[str, Any] = {
+    "status": _str, "exit_code": _ID, "log_tail": _str, "wall_s": _num(0),
+    "config": CONFIG_SCHEMA, "slurm": ("mapping", _scalar),
+}
+
+
+def _clean(value: Any, spec: Any, where: str, problems: list[str]) -> tuple[Any, bool]:
+    """``(value checked against spec, ok)``: a bad value is replaced by None (and named in
+    ``problems``); inside a good container, bad members are left out (dict keys set to
+    None, list items and mapping entries dropped)."""
+    if value is None:
+        return None, True
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            problems.append(f"{where} is {_show(value)}, not an object")
+            return None, False
+        out = dict(value)
+        for key, sub in spec.items():
+            if key in out:
+                out[key], _ = _clean(out[key], sub, f"{where}.{key}", problems)
+        return out, True
+    if isinstance(spec, tuple):
+        kind, sub = spec
+        if kind == "list":
+            if not isinstance(value, list):
+                problems.append(f"{where} is {_show(value)}, not a list")
+                return None, False
+            kept = []
+            for i, item in enumerate(value):
+                got, ok = _clean(item, sub, f"{where}[{i}]", problems)
+                if ok:
+                    kept.append(got)
+            return kept, True
+        if not isinstance(value, dict):  # "mapping": an object of any keys, each value checked
+            problems.append(f"{where} is {_show(value)}, not an object")
+            return None, False
+        kept_map = {}
+        for key, item in value.items():
+            got, ok = _clean(item, sub, f"{where}.{key}", problems)
+            if ok:
+                kept_map[key] = got
+        return kept_map, True
+    problem = spec(value)
+    if problem:
+        problems.append(f"{where} {problem}")
+        return None, False
+    return value, True
+
+
+def clean_fields(data: dict, schema: dict[str, Any], problems: list[str], *, prefix: str = "") -> dict:
+    """``data`` with every field of ``schema`` checked (type and range): a bad one is set
+    to None (treated as missing) and described in ``problems``; bad members of a list or
+    object are left out. Fields the schema does not name pass through unchanged."""
+    out, _ = _clean(data, schema, prefix.rstrip("."), problems)
+    if prefix == "":
+        problems[:] = [p.lstrip(".") for p in problems]
+    return out
+
+
+def field_damage(part: str, path: Path, problems: list[str], run_id: str | None) -> list[dict]:
+    """The damage record (``RunSet.damaged``'s columns) of manifest fields of the wrong type
+    or out of range, each treated as missing and the rest of the run used; [] for none."""
+    if not problems:
+        return []
+    more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+    fields = ", ".join(dict.fromkeys(p.split(" ", 1)[0] for p in problems))
+    return [{"run_id": run_id, "part": part, "path": str(path),
+             "reason": "field(s) of the wrong type or out of range: " + "; ".join(problems[:10]) + more,
+             "excluded": f"the value of {fields} (treated as missing; the rest of the run is used)"}]
+
+
+def checked_manifest(run_dir: Path, run_id: str | None = None) -> tuple[dict, list[dict]]:
+    """A run's checked ``run.json`` and the damage record of its bad fields (if any)."""
+    problems: list[str] = []
+    m = read_manifest(run_dir, problems)
+    rid = run_id or (m.get("run_id") if isinstance(m.get("run_id"), str) else None) or Path(run_dir).name
+    return m, field_damage("run.json fields", Path(run_dir) / "run.json", problems, rid)
+
+
 def load_manifest(path: str | os.PathLike[str], fmt: str) -> dict:
     """A manifest file checked against the rules in the module docstring.
 
@@ -68,7 +254,7 @@ def load_manifest(path: str | os.PathLike[str], fmt: str) -> dict:
         ``format`` or of an unsupported ``format_version`` (the message names the version).
     """
     path = Path(path)
-    raw = read_bytes(path)
+    raw = read_text_bytes(path)  # gzip of any members, UTF-16 refused, a UTF-8 BOM skipped
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -94,12 +280,23 @@ def load_manifest(path: str | os.PathLike[str], fmt: str) -> dict:
     return data
 
 
-def read_manifest(path: str | os.PathLike[str]) -> dict:
-    """Read and validate ``run.json`` (``path`` is the file or its run directory)."""
+def read_manifest(path: str | os.PathLike[str], problems: list[str] | None = None) -> dict:
+    """Read and validate ``run.json`` (``path`` is the file or its run directory).
+
+    Every field of :data:`RUN_SCHEMA` is checked: one of the wrong type or out of range is
+    set to None and described, in ``problems`` when a list is given, else in one
+    :class:`RecoveryWarning` naming the file."""
     path = Path(path)
     if path.is_dir():
         path = path / "run.json"
-    return load_manifest(path, RUN_FORMAT)
+    found: list[str] = []
+    data = clean_fields(load_manifest(path, RUN_FORMAT), RUN_SCHEMA, found)
+    if problems is not None:
+        problems.extend(found)
+    elif found:
+        warnings.warn(f"{path}: {len(found)} field(s) of the wrong type or out of range are treated as missing: "
+                      + "; ".join(found[:10]), RecoveryWarning, stacklevel=2)
+    return data
 
 
 def clock_offsets(manifest: dict) -> dict[int, int]:
@@ -141,19 +338,25 @@ def _empty_epochs() -> pd.DataFrame:
 def _epoch_rows(f: Path) -> list[dict]:
     if not f.stat().st_size:  # a rank that never finished an epoch, or a file that lost its data
         raise ReadError(f, "file is empty (0 bytes): no epoch metrics")
-    lines = read_bytes(f).split(b"\n")
+    lines = read_text_bytes(f).split(b"\n")  # gzip of any members, UTF-16 refused, BOM skipped
     rows = []
+    offset = 0
     for i, line in enumerate(lines):
+        start, offset = offset, offset + len(line) + 1
         if not line.strip():
             continue
         try:
+            if b"\0" in line:
+                raise ValueError("NUL")
             obj = json.loads(line)
         except (ValueError, RecursionError):
-            if i == len(lines) - 1:  # no newline after it: cut off while being written
+            if i == len(lines) - 1 and b"\0" not in line:  # no newline after it: cut off while written
                 warnings.warn(f"{f}: dropped a cut-off last line ({len(line)} bytes) of a run that stopped "
                               "while writing", RecoveryWarning, stacklevel=4)
                 continue
-            raise ReadError(f, f"line {i + 1} is not valid JSON") from None
+            found = describe_bytes(line, start)
+            found = f" ({found})" if "NUL" in found or "UTF-8" in found else ""
+            raise ReadError(f, f"line {i + 1} is not valid JSON{found}") from None
         if not isinstance(obj, dict):
             raise ReadError(f, f"line {i + 1} is not a JSON object")
         if "rank" not in obj:

@@ -84,8 +84,8 @@ RUN_COLUMNS: dict[str, str] = {
 }
 
 #: The damaged or missing parts of an experiment (:attr:`RunSet.damaged`): ``run_id`` (None
-#: for the experiment as a whole), ``part`` (``run directory``, ``run.json``,
-#: ``experiment.json``, ``events``, ``samples``, ``epochs``, ``rank_devices``), ``path``,
+#: for the experiment as a whole), ``part`` (``run directory``, ``run.json``, ``run.json
+#: fields``, ``experiment.json``, ``events``, ``samples``, ``epochs``, ``rank_devices``), ``path``,
 #: ``reason`` and ``excluded`` (the data left out because of it).
 DAMAGE_COLUMNS: dict[str, str] = {
     "run_id": "object",
@@ -133,7 +133,7 @@ def read_rank_devices(run_dir: str | os.PathLike[str], *, run_id: str | None = N
     that, both indices are taken to be the same.
     """
     run_dir = Path(run_dir)
-    m = rundir.read_manifest(run_dir)
+    m = rundir.read_manifest(run_dir, [])  # bad fields are listed by RunSet's scan
     rid = run_id or m.get("run_id") or run_dir.name
     hosts = ((m.get("sampler") or {}).get("hosts") or {})
     rows = []
@@ -217,7 +217,7 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
     n_nodes = m.get("n_nodes")
     if n_nodes is None and m.get("ranks_per_host"):
         n_nodes = len(m["ranks_per_host"])
-    batch = m.get("batch_size", config.get("batch_size"))
+    batch = m.get("batch_size") if m.get("batch_size") is not None else config.get("batch_size")
     gbs = m.get("global_batch_size")
     if gbs is None and batch is not None and world is not None:
         gbs = int(batch) * int(world)
@@ -365,12 +365,16 @@ def _looks_like_run(d: Path) -> bool:
         return False
 
 
+#: What an unknown number of ranks leaves out: the studies place every run by its ranks.
+_NO_RANKS = "the whole run (it cannot be placed on the ranks axis of any study)"
 def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
     """One run listed in experiment.json, with what is damaged or missing about it. Only a
     run the launcher recorded as ``ok`` is expected to have a directory and a run.json."""
     run_dir = path / str(entry["run_id"])
+    problems: list[str] = []
+    entry = rundir.clean_fields(entry, rundir.EXPERIMENT_RUN_SCHEMA, problems, prefix=f"runs.{entry['run_id']}.")
+    damage = rundir.field_damage("experiment.json", path / "experiment.json", problems, str(entry["run_id"]))
     expected = entry.get("status") in (OK_STATUS, None)
-    damage = []
     if not run_dir.is_dir():
         if expected:
             damage.append(_damage("run directory", run_dir, "listed in experiment.json but the directory is missing",
@@ -379,7 +383,8 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
     manifest = None
     if (run_dir / "run.json").exists():
         try:
-            manifest = rundir.read_manifest(run_dir)
+            manifest, bad_fields = rundir.checked_manifest(run_dir, str(entry["run_id"]))
+            damage.extend(bad_fields)
         except ReadError as exc:
             damage.append(_damage("run.json", run_dir / "run.json", exc.problem,
                                   "events, samples and GPU mapping (the run's row comes from experiment.json)"))
@@ -403,8 +408,10 @@ def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[d
         note = _damage("experiment.json", exp_file, exc.problem,
                        "the launcher's records (status, exit code, log tail); runs found from their run.json")
         return found, [note, *damage]
+    problems: list[str] = []
+    exp = rundir.clean_fields(exp, rundir.EXPERIMENT_SCHEMA, problems)
     name = exp.get("name") or path.name
-    out, damage, listed = [], [], set()
+    out, damage, listed = [], rundir.field_damage("experiment.json", exp_file, problems, None), set()
     for i, entry in enumerate(runs):
         rid = entry.get("run_id") if isinstance(entry, dict) else None
         if not isinstance(rid, str) or not rid or Path(rid).name != rid:
@@ -428,7 +435,7 @@ def _scan_dirs(path: Path, name: str) -> tuple[list[_Scanned], list[dict]]:
     out = []
     for d in sorted(d for d in path.iterdir() if (d / "run.json").exists()):
         try:
-            out.append((name, {}, d, rundir.read_manifest(d), []))
+            out.append((name, {}, d, *rundir.checked_manifest(d)))
         except ReadError as exc:
             out.append((name, {}, d, None, [_damage("run.json", d / "run.json", exc.problem, "all data")]))
     return out, []
@@ -444,7 +451,8 @@ def _scan(path: Path) -> tuple[list[_Scanned], list[dict]]:
     if not path.is_dir():
         raise ReadError(path, "not a directory (expected an experiment or run directory)")
     if (path / "run.json").is_file():
-        return [(None, {}, path, rundir.read_manifest(path), [])], []
+        manifest, bad_fields = rundir.checked_manifest(path)
+        return [(None, {}, path, manifest, [])], bad_fields
     exp_file = path / "experiment.json"
     if exp_file.exists():
         return _scan_experiment(path, exp_file)
@@ -581,6 +589,9 @@ class RunSet:
         if pd.Series([r["run_id"] for r in rows]).duplicated().any():
             raise ScalescopeError("the same run was given twice: " + ", ".join(sorted(ids[dup].astype(str))))
         for r, dmg in zip(rows, run_damage, strict=True):
+            if r["status"] == OK_STATUS and r["n_ranks"] is None:
+                dmg = [*dmg, _damage("run.json", r["path"], "the number of ranks is unknown (world_size and "
+                                     "config.np are missing or damaged)", _NO_RANKS)]
             damage.extend({**d, "run_id": r["run_id"]} for d in dmg)
         for d in damage:
             warnings.warn(_damage_message(d), RecoveryWarning, stacklevel=2)
@@ -594,10 +605,10 @@ class RunSet:
         return self._runs
 
     def usable_runs(self) -> pd.DataFrame:
-        """Runs whose data is used: status ``ok`` (all runs with ``include_failed``)."""
-        if self.include_failed:
-            return self._runs
-        return self._runs[self._runs["status"] == OK_STATUS].reset_index(drop=True)
+        """Runs whose data is used: status ``ok`` (all runs with ``include_failed``), and a
+        known number of ranks (a run without one is listed in :attr:`damaged`)."""
+        runs = self._runs if self.include_failed else self._runs[self._runs["status"] == OK_STATUS]
+        return runs[runs["n_ranks"].notna()].reset_index(drop=True)
 
     def failed_runs(self) -> pd.DataFrame:
         """Runs whose status is not ``ok`` (failed, oom, timeout, killed, running...)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from html import unescape
 
 import pytest
 
@@ -156,3 +157,89 @@ def test_damage_found_by_parallel_readers_reaches_the_damaged_table(exp, workers
     assert "horovod-gloo_np4_bs10_r1" not in set(ev["run_id"].astype(str))
     trace = [d for d in rs.damage_records() if str(d.get("path", "")).endswith("rank-00003.trace.json")]
     assert len(trace) == 1 and trace[0]["run_id"] == "horovod-gloo_np4_bs10_r1" and "empty" in trace[0]["reason"]
+
+
+# -- manifests with valid JSON and wrong types (issue 25, class 4) ----------------------------------
+
+#: (run, field path, value): a field of the wrong type or out of range in a valid JSON manifest.
+WRONG_FIELDS = [
+    ("horovod-gloo_np2_bs10_r1", ("gpu",), "A100"),
+    ("none_np1_bs10_r1", ("config", "labels"), ["a", "b"]),
+    ("horovod-gloo_np1_bs10_r1", ("world_size",), 1e20),
+    ("horovod-gloo_np2_bs10_r2", ("world_size",), "two"),
+    ("horovod-gloo_np4_bs10_r1", ("world_size",), -3),
+    ("none_np1_bs20_r1", ("world_size",), 0),
+]
+
+
+def _set_field(exp, run, keys, value) -> None:
+    f = exp / run / "run.json"
+    data = json.loads(f.read_text())
+    node = data
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+    f.write_text(json.dumps(data))
+
+
+def test_wrong_field_types_are_damaged_runs_never_an_abort(exp, tmp_path):
+    for run, keys, value in WRONG_FIELDS:
+        _set_field(exp, run, keys, value)
+    with pytest.warns(RecoveryWarning, match="run.json fields damaged"):
+        rs = RunSet.from_dirs(exp)
+    d = rs.damaged.set_index("run_id")
+    for run, keys, _ in WRONG_FIELDS:
+        assert ".".join(keys) in d.loc[[run], "reason"].str.cat(), run
+        assert (d.loc[[run], "part"] == "run.json fields").all()
+    runs = rs.runs.set_index("run_id")
+    # a bad world_size is never used: the sweep's np (experiment.json) stands in, never -3 or 1e20
+    assert runs["n_ranks"].dropna().between(1, 8).all()
+    assert runs.loc["horovod-gloo_np4_bs10_r1", "n_ranks"] == 4
+    assert runs.loc["horovod-gloo_np2_bs10_r1", "gpu_model"] is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecoveryWarning)
+        page = report.build_report(exp, tmp_path / "rep", static=False)
+    html = unescape(page.read_text(encoding="utf-8"))
+    assert "Damaged runs (" in html and "world_size is -3" in html and 'gpu is "A100"' in html
+    assert "efficiency" in html and "-0.38" not in html
+    assert "Traceback (most recent call last):\n  File" not in html  # no study failed
+
+
+def test_unknown_world_size_without_fallback_leaves_the_run_out(exp, tmp_path):
+    """No experiment.json and no config.np: the run cannot be placed on a ranks axis, so it
+    is listed as damaged and left out of the studies (which never fail on it)."""
+    (exp / "experiment.json").unlink()
+    for run, ws in (("horovod-gloo_np2_bs10_r1", "two"), ("horovod-gloo_np4_bs10_r1", 0)):
+        _set_field(exp, run, ("world_size",), ws)
+        _set_field(exp, run, ("config",), {"np": [2]})
+    rs = _load(exp)
+    d = rs.damaged
+    assert set(d.loc[d["reason"].str.contains("number of ranks is unknown"), "run_id"]) == {
+        "horovod-gloo_np2_bs10_r1", "horovod-gloo_np4_bs10_r1"}
+    assert "horovod-gloo_np2_bs10_r1" not in set(rs.usable_runs()["run_id"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecoveryWarning)
+        page = report.build_report(exp, tmp_path / "rep", static=False)
+    assert "Traceback (most recent call last):\n  File" not in page.read_text(encoding="utf-8")
+
+
+def test_manifest_schema_keeps_valid_manifests_whole(data_dir):
+    for f in sorted(data_dir.rglob("run.json")):
+        problems: list[str] = []
+        assert rundir.read_manifest(f, problems) == json.loads(f.read_text()), f
+        assert problems == []
+
+
+def test_single_run_with_wrong_fields_reads_with_a_warning(exp):
+    run = exp / "horovod-gloo_np2_bs10_r1"
+    _set_field(exp, run.name, ("ranks",), [{"rank": "x"}, {"rank": 1, "host": 5}])
+    _set_field(exp, run.name, ("clock",), {"offsets_ns": {"1": "z"}})
+    with pytest.warns(RecoveryWarning, match=r"ranks\[0\]\.rank is \"x\", not an integer"):
+        m = rundir.read_manifest(run)
+    assert m["ranks"] == [{"rank": None}, {"rank": 1, "host": None}] and m["clock"] == {"offsets_ns": {}}
+    import analysis
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecoveryWarning)
+        df = analysis.read_many(run, cache=False, workers=1)
+    assert set(df["rank"].dropna().astype(int)) == {0, 1}

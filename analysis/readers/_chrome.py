@@ -28,12 +28,9 @@ inside a string or a nested object leaves an unterminated string or an unclosed 
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import warnings
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
@@ -42,7 +39,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from analysis._io import GZIP_MAGIC, open_binary
+from analysis import _io
 from analysis.errors import ReadError, RecoveryWarning
 
 #: Bytes read per block; a chunk decoded at once is 0.5 to 1.5 blocks. Bounds the transient
@@ -50,9 +47,6 @@ from analysis.errors import ReadError, RecoveryWarning
 #: chunk's text and records then stay in a core's share of the CPU caches, so processes
 #: decoding at once slow each other little (measured in benchmarks/README.md).
 BLOCK_BYTES = 1 << 20
-#: Files at least this large show a progress bar (when stderr is a terminal or
-#: ``SCALESCOPE_PROGRESS=1``).
-PROGRESS_MIN_BYTES = 100 << 20
 
 _WS = b" \t\r\n"
 # Record separators for the record-by-record fallback: "}" [ws] "," [ws] before "{".
@@ -84,6 +78,10 @@ class Damage:
     repaired_records: int = 0
     replaced_utf8: int = 0
     not_events: int = 0
+    #: what the first record dropped as unparsable held (NUL bytes, invalid UTF-8, ...)
+    first_bad: str | None = None
+    #: ids (a stream or correlation in ``args``) that are not a non-negative integer
+    bad_ids: int = 0
     notes: list[str] = field(default_factory=list)
 
     def message(self, path: Path) -> str | None:
@@ -105,7 +103,11 @@ class Damage:
                 "backslash in a name) and were recovered by a tolerant parse"
             )
         if self.bad_records:
-            parts.append(f"{self.bad_records} record(s) could not be parsed and were dropped")
+            found = f" (the first holds {self.first_bad})" if self.first_bad else ""
+            parts.append(f"{self.bad_records} record(s) could not be parsed and were dropped{found}")
+        if self.bad_ids:
+            parts.append(f"{self.bad_ids} args.stream/args.correlation value(s) that are not a non-negative "
+                         "integer were left empty (a GPU row's stream is then its tid)")
         if self.not_events:
             parts.append(f"{self.not_events} value(s) in the event array are valid JSON but not event objects "
                          "and were dropped")
@@ -123,112 +125,6 @@ class Damage:
         msg = self.message(path)
         if msg:
             warnings.warn(msg, RecoveryWarning, stacklevel=stacklevel)
-
-
-# --------------------------------------------------------------------------------------
-# Byte source
-
-
-def _progress_wanted(size: int) -> bool:
-    if size < PROGRESS_MIN_BYTES:
-        return False
-    if os.environ.get("SCALESCOPE_PROGRESS") == "1":
-        return True
-    if os.environ.get("SCALESCOPE_PROGRESS") == "0":
-        return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def iter_blocks(path: Path, *, block_bytes: int | None = None,
-                damage: Damage | None = None) -> Iterator[bytes]:
-    """Yield the (gunzipped) content of ``path`` in blocks of about ``block_bytes``.
-
-    Raises :class:`ReadError` for a missing, empty or unreadable file and for corrupt gzip
-    data; a gzip stream cut short yields what it held and says so in ``damage`` (or warns,
-    as ``_io.read_bytes`` does, when no ``damage`` is given).
-    """
-    block_bytes = block_bytes or BLOCK_BYTES
-    fh = open_binary(path)
-    with fh:
-        size = os.fstat(fh.fileno()).st_size
-        first = fh.read(block_bytes)
-        if not first:
-            raise ReadError(path, "file is empty (0 bytes)")
-        progress = None
-        task = None
-        if _progress_wanted(size):
-            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-            progress = Progress(
-                f"reading {path.name}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                transient=True,
-            )
-            progress.start()
-            task = progress.add_task("read", total=size)
-        try:
-            if first[:2] != GZIP_MAGIC:
-                raw = first
-                while raw:
-                    if progress is not None:
-                        progress.update(task, completed=fh.tell())
-                    yield raw
-                    raw = fh.read(block_bytes)
-                return
-            yield from _gunzip_blocks(path, fh, first, block_bytes, progress, task, damage)
-        finally:
-            if progress is not None:
-                progress.stop()
-
-
-def _gunzip_blocks(path, fh, first, block_bytes, progress, task, damage) -> Iterator[bytes]:
-    d = zlib.decompressobj(wbits=31)
-    raw = first
-    produced = 0
-    read_total = len(first)
-    out: list[bytes] = []
-    out_len = 0
-    while True:
-        try:
-            piece = d.decompress(raw)
-            # a file of several gzip members (cat a.gz b.gz) continues after the first
-            while d.eof and d.unused_data:
-                rest = d.unused_data
-                if rest[:2] != GZIP_MAGIC:
-                    break
-                d = zlib.decompressobj(wbits=31)
-                piece += d.decompress(rest)
-        except zlib.error as exc:
-            raise ReadError(path, f"corrupt gzip data: {exc}") from None
-        if piece:
-            out.append(piece)
-            out_len += len(piece)
-        if out_len >= block_bytes:
-            block = b"".join(out)
-            out, out_len = [], 0
-            produced += len(block)
-            yield block
-        if progress is not None:
-            progress.update(task, completed=read_total)
-        raw = fh.read(block_bytes // 4)
-        if not raw:
-            break
-        read_total += len(raw)
-    tail = b"".join(out)
-    produced += len(tail)
-    if not d.eof:
-        msg = (f"gzip stream is truncated ({read_total:,} compressed bytes gave "
-               f"{produced:,} bytes before the end); reading what was recovered")
-        if damage is not None:
-            damage.notes.insert(0, msg)
-        else:
-            warnings.warn(f"{path}: {msg}", RecoveryWarning, stacklevel=4)
-    if produced == 0:
-        raise ReadError(path, "gzip file decompresses to nothing")
-    if tail:
-        yield tail
 
 
 # --------------------------------------------------------------------------------------
@@ -398,6 +294,8 @@ class ChunkDecoder:
                 self.damage.lost_records += 1
             else:
                 self.damage.bad_records += 1
+                if self.damage.first_bad is None:
+                    self.damage.first_bad = _io.describe_bytes(rec_bytes)
             i += 1
         return out, consumed
 
@@ -424,7 +322,7 @@ class _Text:
     """The file's text as one reusable ``bytearray``, extended block by block."""
 
     def __init__(self, path: Path, block_bytes: int, damage: Damage) -> None:
-        self.blocks = iter_blocks(path, block_bytes=block_bytes, damage=damage)
+        self.blocks = _io.iter_blocks(path, block_bytes, on_note=lambda note: damage.notes.insert(0, note))
         self.buf = bytearray()
         self.eof = False
 
@@ -463,6 +361,7 @@ def read_events(
     block_bytes = block_bytes or BLOCK_BYTES
     text = _Text(path, block_bytes, damage)
     text.more()
+    _io.check_encoding(bytes(text.buf[:512]), path)  # UTF-16/32: a ReadError saying so
     pos = _skip_ws(text.buf, 0)
     if text.buf[pos : pos + 3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark
         pos += 3
@@ -527,7 +426,7 @@ def _find_events(path: Path, text: _Text, pos: int) -> tuple[bytes, int]:
         if not isinstance(meta, dict):
             raise ReadError(path, "not a JSON object")
         raise ReadError(path, "JSON object has no 'traceEvents' key: not a Chrome trace")
-    header = bytes(buf[:key])
+    header = bytes(buf[pos:key])  # from the object's "{": not a byte order mark before it
     p = text.skip_ws(key + len(b'"traceEvents"'))
     if p < len(buf) and buf[p] == 0x3A:  # ":"
         p = text.skip_ws(p + 1)
@@ -611,11 +510,49 @@ def _decode_meta(header: bytes, rest: bytes, damage: Damage) -> dict | None:
     return {}
 
 
+def _without_zero_fill(rest: bytes, damage: Damage) -> bytes:
+    """``rest`` without NUL bytes (and whitespace) at its end: the zero fill a crash leaves
+    after the end of an extended file, noted in ``damage``."""
+    padded = rest.rstrip(_WS + b"\0")
+    if b"\0" not in rest[len(padded):]:
+        return rest
+    damage.notes.append(f"{rest.count(0, len(padded)):,} byte(s) of NUL data after the end of the trace were ignored")
+    return padded
+
+
+def _after_the_end(rest: bytes, cands: list[int], container: str, header: bytes, decoder: ChunkDecoder,
+                   ) -> tuple[list, dict | None, bytes, int] | None:
+    """``(records, metadata, junk, where the array closes)`` when ``rest`` holds the end of
+    a closed event array (and, for an object, its closing keys) whose records all decode,
+    followed by junk; None otherwise. The latest such end is taken."""
+    for p in reversed(cands):
+        try:
+            recs = decoder._decode_array(rest[:p]) if rest[:p].strip(_WS) else []
+        except msgspec.DecodeError:
+            continue
+        trailer = rest[p + 1:]
+        if container == "array":
+            return recs, None, trailer.strip(_WS), p
+        close = -1
+        for _ in range(64):  # the object's closing brace: the first "}" after which it decodes
+            close = trailer.find(b"}", close + 1)
+            if close < 0:
+                break
+            try:
+                meta = msgspec.json.decode(header + b'"traceEvents": []' + trailer[:close + 1])
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                continue
+            meta = meta if isinstance(meta, dict) else {}
+            meta.pop("traceEvents", None)
+            return recs, meta, trailer[close + 1:].strip(_WS), p
+    return None
+
+
 def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkDecoder,
             on_chunk) -> dict | None:
     """Decode the last part of the array, find its end, and the object's trailing keys."""
     damage = decoder.damage
-    rest = buf[pos:]
+    rest = _without_zero_fill(buf[pos:], damage)
     end = len(rest.rstrip(_WS))
     # 1. a properly closed array: "]" right after a record's "}" (or an empty array);
     # try the candidates from the end (keys after the array may hold "]" in strings)
@@ -652,7 +589,17 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
         if recs:
             on_chunk(recs, body)
         return meta
-    # 2. unterminated or cut off: keep every complete record
+    # 2. a closed array whose records all decode, followed by bytes that are not the end of
+    # the file's JSON (junk appended after the end): the trace is whole; the junk is named
+    junk = _after_the_end(rest[:end], cands[-64:], container, header, decoder)
+    if junk is not None:
+        recs, meta, tail, at = junk
+        if recs:
+            on_chunk(recs, rest[:at])
+        damage.notes.append(f"{len(tail):,} byte(s) after the end of the trace ({_io.describe_bytes(tail)}) "
+                            "were ignored")
+        return meta
+    # 3. unterminated or cut off: keep every complete record
     damage.unterminated = True
     body = rest[:end]
     stripped = body.rstrip(_WS + b",]")
@@ -674,7 +621,7 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
         if recs:
             on_chunk(recs, stripped[: p + 1])
         return _decode_meta(header, b"}", damage) if container == "object" else None
-    # 3. damaged records near the end: record by record
+    # 4. damaged records near the end: record by record
     recs, _ = decoder.tolerant(stripped, final=True)
     if recs:
         on_chunk(recs, stripped)

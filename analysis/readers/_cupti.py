@@ -19,11 +19,15 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from analysis._io import check_file
-from analysis.errors import ReadError
+from analysis.errors import ReadError, RecoveryWarning
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -558,3 +562,53 @@ def damaged_sqlite(path: Path, suffixes: Sequence[str]) -> bool:
     is wrong with the database instead of "not a format scalescope knows"."""
     path = Path(path)
     return path.name.lower().endswith(tuple(suffixes)) and has_sqlite_magic(path) and sniff_tables(path) is None
+
+
+# --- timestamps taken from a database ---------------------------------------------------------
+#: Marks a start or end that is not a time in ns (:func:`ns_column`); such rows are dropped.
+BAD_NS = np.iinfo(np.int64).min
+_NS_LIMIT = 2**62
+
+
+def ns_column(values: pd.Series) -> np.ndarray:
+    """A start/end column as int64 ns, exactly; :data:`BAD_NS` where a value is not an
+    integer within ±2**62 ns (text or a blob in SQLite's dynamically typed column, a
+    fraction, NULL, infinity, a huge value), never a value wrapped by a cast."""
+    if values.dtype == np.int64:
+        arr = values.to_numpy(np.int64).copy()
+        arr[(arr >= _NS_LIMIT) | (arr <= -_NS_LIMIT)] = BAD_NS
+        return arr
+    if values.dtype == np.float64:
+        f = values.to_numpy(np.float64)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(f) & (np.abs(f) < _NS_LIMIT) & (f == np.floor(f))
+        return np.where(ok, np.where(ok, f, 0).astype(np.int64), BAD_NS)
+
+    def one(v: object) -> int:
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            return int(v) if -_NS_LIMIT < v < _NS_LIMIT else BAD_NS
+        if isinstance(v, (float, np.floating)) and np.isfinite(v) and float(v).is_integer():
+            return int(v) if abs(v) < _NS_LIMIT else BAD_NS
+        return BAD_NS
+
+    return np.array([one(v) for v in values.tolist()], dtype=np.int64)
+
+
+def checked_times(raw: pd.DataFrame, path: Path, *, stacklevel: int = 3) -> pd.DataFrame:
+    """``raw`` (columns ``start_ns``, ``end_ns`` from :func:`ns_column`) without the rows
+    whose start or end is not a time, and a :class:`RecoveryWarning` for those and for the
+    events that end before they start (their duration becomes 0, as the other readers do)."""
+    start, end = raw["start_ns"].to_numpy(np.int64), raw["end_ns"].to_numpy(np.int64)
+    bad = (start == BAD_NS) | (end == BAD_NS)
+    notes = []
+    if bad.any():
+        notes.append(f"{int(bad.sum())} event(s) whose start or end is not a time in ns (text, a "
+                     "fraction, NULL or beyond ±2**62) were dropped")
+        raw = raw[~bad].reset_index(drop=True)
+        start, end = start[~bad], end[~bad]
+    back = end < start
+    if back.any():
+        notes.append(f"{int(back.sum())} event(s) end before they start (end < start); their dur_ns is set to 0")
+    if notes:
+        warnings.warn(f"{path}: " + "; ".join(notes), RecoveryWarning, stacklevel=stacklevel)
+    return raw

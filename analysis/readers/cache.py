@@ -33,7 +33,7 @@ from analysis.readers._assembly import NP_INT, missing
 from analysis.readers.registry import Reader
 
 #: Bumped whenever any reader's output changes, so cached Parquet files are not reused.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 #: Files at least this large are cached as Parquet by default.
 CACHE_MIN_BYTES = 1 << 20
 
@@ -47,9 +47,16 @@ def cache_dir() -> Path:
     return Path(base) / "scalescope"
 
 
+def _given_path(path: Path) -> str:
+    """The absolute path as given, symbolic links not followed: a reader takes the run_id
+    (and Kineto a rank) from the name it was given, so a link is a file of its own here
+    (its content is still identified through the link, by :func:`fingerprint`)."""
+    return os.path.abspath(path)
+
+
 def file_key(path: Path, reader: Reader, run_id: str | None) -> str:
     """The cache slot of (file, reader, run_id); which content it holds is checked apart."""
-    key = "|".join(map(str, (path.resolve(), reader.name, reader.version, CACHE_VERSION, run_id)))
+    key = "|".join(map(str, (_given_path(path), reader.name, reader.version, CACHE_VERSION, run_id)))
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -236,7 +243,7 @@ def cached(path: Path, reader: Reader, run_id: str | None,
     there (with the warnings its parse gave raised again); else ``parse()``, whose warnings
     go to the caller as they came, and whose frame (with rows) is written to the cache."""
     slot = file_key(path, reader, run_id)
-    ident = {"path": str(path.resolve()), "reader": reader.name, "version": reader.version,
+    ident = {"path": _given_path(path), "reader": reader.name, "version": reader.version,
              "cache_version": CACHE_VERSION, "run_id": run_id, "source": fingerprint(path)}
     hit = lookup(slot, ident, reader)
     if hit is not None:

@@ -342,6 +342,10 @@ class _Stream:
         self.count: Counter[str] = Counter()  # what was dropped or repaired (see _NOTES)
         self.bad_ph_names: set[str] = set()
         self.tensors: dict[int, str] = {}
+        # a pid named again with another tensor name: the records after it are stored under
+        # a pid of their own (one per lifetime), counted down from the top of int32
+        self.alias: dict[int, int] = {}
+        self.next_alias = 2**31 - 1
         self.epoch_us: int | None = None
         self.bytes_cache: dict[tuple, int | None] = {}
         # B records open at the end of the last chunk: record number, pid, ns, name code
@@ -369,8 +373,9 @@ class _Stream:
         if pid.size and pid.max() >= 2**31:
             self.count["big_pid"] += 1
             pid[pid >= 2**31] = -1
+        pid = self._lifetimes(recs, ph, pid)
         pid_ok = pid >= 0
-        payload = self._args(recs, ph)
+        payload = self._args(recs, ph, pid)
 
         # B/E matching, with the B records carried open from earlier chunks
         is_b = ph == _PH_B
@@ -466,7 +471,46 @@ class _Stream:
         enc = _enclosing(rec, pid, c["rec"], ends, c["pid"])
         return np.where(enc >= 0, c["name"][np.maximum(enc, 0)], _NEG_TICK)
 
-    def _args(self, recs: list, ph: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _lifetimes(self, recs: list, ph: np.ndarray, pid: np.ndarray) -> np.ndarray:
+        """``pid`` with each pid's records after a ``process_name`` record that renames it
+        (a tensor name other than the one it had) moved to a pid of their own, so that
+        every span stays under the tensor named when it was written."""
+        # renames in force: (raw pid, from chunk position, pid of the lifetime)
+        moves = [(p, 0, v) for p, v in self.alias.items()]
+        seen: dict[int, str] = {}
+        for i in np.flatnonzero(ph == _PH_M).tolist():
+            e = recs[i]
+            a = e.args
+            if e.name != "process_name" or e.pid < 0 or e.pid >= 2**31 or a is None or a.name is None:
+                continue
+            cur = self.alias.get(e.pid, e.pid)
+            old = seen.get(cur, self.tensors.get(cur))
+            if old is None or old == a.name:
+                seen[cur] = a.name
+                continue
+            v = self.next_alias
+            self.next_alias -= 1
+            self.alias[e.pid] = v
+            self.count["reused_pid"] += 1
+            moves.append((e.pid, i, v))
+            seen[v] = a.name
+        if not moves:
+            return pid
+        # each record takes the last move of its raw pid at or before its position
+        mv = np.array(moves, dtype=np.int64)
+        mkey = mv[:, 0] * 2**32 + mv[:, 1]
+        order = np.argsort(mkey, kind="stable")
+        mkey, mpid, mnew = mkey[order], mv[order, 0], mv[order, 2]
+        ok = pid >= 0
+        key = np.where(ok, pid, 0) * 2**32 + np.arange(pid.size, dtype=np.int64)
+        at = np.searchsorted(mkey, key, side="right") - 1
+        hit = ok & (at >= 0)
+        hit[hit] = mpid[at[hit]] == pid[hit]
+        out = pid.copy()
+        out[hit] = mnew[at[hit]]
+        return out
+
+    def _args(self, recs: list, ph: np.ndarray, pid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Metadata (tensor names, epoch anchor) and the payload of records with dtype/shape.
 
         Returns the chunk positions (sorted) and byte counts of the records whose dtype and
@@ -481,10 +525,14 @@ class _Stream:
             e = recs[i]
             if e.name == "process_name" and e.pid >= 0:
                 a = e.args
-                if a.start_time_since_epoch_in_micros is not None:
-                    self.epoch_us = a.start_time_since_epoch_in_micros
-                if a.name is not None:
-                    self.tensors[e.pid] = a.name
+                epoch = a.start_time_since_epoch_in_micros
+                if epoch is not None:
+                    if type(epoch) is int and 0 <= epoch < 2**62 // 1000:  # epoch ns fit int64
+                        self.epoch_us = epoch
+                    else:
+                        self.count["bad_epoch"] += 1
+                if a.name is not None and pid[i] >= 0:
+                    self.tensors[int(pid[i])] = a.name  # the pid of this lifetime
         rest = idx[~is_m]
         sel = [args[i] for i in rest.tolist()]
         del args
@@ -591,6 +639,10 @@ _NOTES = (
     ("bad_ph", "{} record(s) of unsupported phase(s) {names} were skipped"),
     ("missing_ts", "{} record(s) without a ts were dropped"),
     ("far_ts", "{} record(s) with a ts beyond ±2**62 ns (about 146 years) were dropped"),
+    ("bad_epoch", "{} start_time_since_epoch_in_micros value(s) outside [0, 2**62 ns) were ignored "
+                  "(times are relative to the timeline's own origin)"),
+    ("reused_pid", "{} process_name record(s) gave a pid that already named a tensor another name; "
+                   "the records after each are that new tensor's"),
 )
 
 

@@ -227,8 +227,14 @@ class _State:
         tids = [e.tid for e in keep]
         for col, values in (("pid", [e.pid for e in keep]), ("tid", tids),
                             ("corr", [a.correlation for a in args]),
-                            ("stream", [a.stream for a in args])):
+                            ("stream", [_hex_id(a.stream) for a in args])):
             out[col], out[col + "_na"] = _chrome.int_column(values)
+            if col in ("corr", "stream"):  # present but not an id: left empty, and said
+                given = np.fromiter((v is not None for v in values), bool, count=len(values))
+                bad = given & (out[col + "_na"] | (out[col] < 0))
+                if bad.any():
+                    self.damage.bad_ids += int(bad.sum())
+                    out[col + "_na"] = out[col + "_na"] | bad
         tracks = [(base + i, int(m.group(1))) for i in np.flatnonzero(out["tid_na"]).tolist()
                   if isinstance(tids[i], str) and (m := _STREAM_TID.match(tids[i]))]
         if tracks:
@@ -298,13 +304,57 @@ def _shape_bytes(dims_raw: bytes, types_raw: bytes) -> int | None:
     return sum(sizes) if sizes else None
 
 
-def _rank_from(meta: dict | None, path: Path) -> int | None:
-    if meta:
-        di = meta.get("distributedInfo")
-        if isinstance(di, dict) and type(di.get("rank")) is int:
-            return di["rank"]
+def _hex_id(value: Any) -> Any:
+    """A stream id as ROCm's roctracer writes it (``"0x0"``) as its integer; others as given."""
+    if isinstance(value, str) and value[:2].lower() == "0x":
+        try:
+            return int(value, 16)
+        except ValueError:
+            return value
+    return value
+
+
+#: Ranks and world sizes beyond this are not ranks (the schema's rank is 32-bit).
+_RANK_LIMIT = 2**31
+
+
+def _meta_int(value: Any) -> int | None:
+    """An integer metadata value: an int (not a bool), or a string of decimal digits."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+        return int(value.strip())
+    return None
+
+
+def _rank_from(meta: dict | None, path: Path, damage: _chrome.Damage) -> int | None:
+    """The rank: ``distributedInfo.rank`` when it is an integer in ``[0, world_size)``,
+    else (with a note saying why it was not used) the rank in the file name, else None."""
     m = _RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else None
+    by_name = int(m.group(1)) if m and int(m.group(1)) < _RANK_LIMIT else None
+    fallback = (f"the rank in the file name ({by_name}) is used" if by_name is not None
+                else "the rank is left empty")
+    di = meta.get("distributedInfo") if meta else None
+    if di is None or (isinstance(di, dict) and "rank" not in di):
+        return by_name
+    if not isinstance(di, dict):
+        damage.notes.append(f"distributedInfo is a {type(di).__name__}, not an object; {fallback}")
+        return by_name
+    raw_rank, raw_world = di.get("rank"), di.get("world_size")
+    rank, world = _meta_int(raw_rank), _meta_int(raw_world)
+    if raw_world is not None and (world is None or not 1 <= world <= _RANK_LIMIT):
+        damage.notes.append(f"distributedInfo.world_size {raw_world!r} is not a number of ranks; ignored")
+        world = None
+    if rank is None:
+        damage.notes.append(f"distributedInfo.rank {raw_rank!r} is not an integer; {fallback}")
+        return by_name
+    if not 0 <= rank < (world if world is not None else _RANK_LIMIT):
+        bound = f"[0, world_size {world})" if world is not None else "the range of ranks"
+        damage.notes.append(f"distributedInfo.rank {raw_rank!r} is outside {bound}; {fallback}")
+        return by_name
+    if type(raw_rank) is not int:
+        damage.notes.append(f"distributedInfo.rank is the string {raw_rank!r}; read as rank {rank}")
+    return rank
 
 
 # --------------------------------------------------------------------------------------
@@ -355,7 +405,13 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
     if state.negative:
         damage.notes.append(f"{state.negative} event(s) with a negative duration got 0")
     base = meta.get("baseTimeNanoseconds") if meta else None
+    if base is not None and not (type(base) is int and 0 <= base < 2**62):
+        damage.notes.append(f"baseTimeNanoseconds {str(base)[:40]!r} is not a time in ns; ignored "
+                            "(times are relative to the trace's own origin)")
+        base = None
     host = meta.get("host_name") if meta else None
+    if host is not None and not isinstance(host, str):
+        damage.notes.append(f"host_name {str(host)[:40]!r} is not a string; ignored")
     rows = state.rows
     names = rows.codes("name", [str(x) for x in state.name.index], negative=("<unnamed>",))
     cats = rows.codes("cat", list(state.cat.index))
@@ -379,7 +435,7 @@ def _build(state: _State, meta: dict | None, path: Path, run_id: str) -> pd.Data
     pid, tid, device, stream = _ids(rows, cat, gpu_of, damage)
     return rows.events(
         run_id=run_id,
-        rank=_rank_from(meta, path),
+        rank=_rank_from(meta, path, damage),
         host=host if isinstance(host, str) else None,
         pid=pid,
         tid=tid,

@@ -14,7 +14,7 @@ import pandas as pd
 
 from analysis import parallel, schema
 from analysis._io import check_file
-from analysis.errors import ReadError, UnknownFormatError
+from analysis.errors import ReadError, RecoveryWarning, UnknownFormatError
 from analysis.readers.file import read
 from analysis.readers.registry import REGISTRY, describe_formats, load_builtins, sniff
 
@@ -72,6 +72,43 @@ def _jobs(paths: list[Path], format: str | None, kind: str, cache: bool | None,
     return jobs, unknown
 
 
+#: Formats whose file is one rank's trace (its rank read from the file): ``read_many``
+#: reads one file per rank of them over any time span.
+PER_RANK_FORMATS = ("kineto", "scalescope_trace")
+
+
+def _drop_duplicate_ranks(frames: list[pd.DataFrame], jobs: list) -> list[pd.DataFrame]:
+    """The frames of separate per-rank files (:data:`PER_RANK_FORMATS`) without those that
+    claim a rank an earlier file of the same format already claimed over an overlapping
+    time span (the same rank's events twice would be counted twice), each dropped with a
+    :class:`RecoveryWarning` naming both files. Files of one rank over disjoint spans (a
+    profiler's trace per step) are kept; run directories and whole-job files (a Horovod
+    timeline) are left alone."""
+    claimed: dict[tuple[str, int], list[tuple[int, int, Path]]] = {}
+    out = []
+    for df, (func, path) in zip(frames, jobs, strict=True):
+        if (getattr(func, "func", None) is not read or func.keywords.get("format") not in PER_RANK_FORMATS
+                or df.empty or "rank" not in df.columns or df["rank"].isna().all()):
+            out.append(df)
+            continue
+        lo = int(df["start_ns"].min())
+        hi = int((df["start_ns"] + df["dur_ns"]).max())
+        keys = {(str(src), int(r)) for src, r in
+                df.loc[df["rank"].notna(), ["source", "rank"]].drop_duplicates().itertuples(index=False)}
+        clash = next(((k, other) for k in sorted(keys) for (a, b, other) in claimed.get(k, [])
+                      if lo <= b and a <= hi), None)
+        if clash:
+            (src, rank), other = clash
+            warnings.warn(f"{path}: rank {rank} of this {src} file is also claimed by {other} over an overlapping "
+                          f"time span; only {other} is read (one rank's events twice would be counted twice: "
+                          "read the files of each run separately)", RecoveryWarning, stacklevel=3)
+            continue
+        for k in keys:
+            claimed.setdefault(k, []).append((lo, hi, path))
+        out.append(df)
+    return out
+
+
 def read_many(
     paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
     *,
@@ -109,6 +146,8 @@ def read_many(
     jobs, unknown = _jobs(_expand(paths), format, kind, cache)
     n = parallel.workers_for(workers, n_tasks=len(jobs), n_bytes=sum(parallel.input_bytes(p) for _, p in jobs))
     frames = [func(p) for func, p in jobs] if n <= 1 else parallel.run_calls(jobs, workers=n)
+    if kind == "events":
+        frames = _drop_duplicate_ranks(frames, jobs)
     if unknown:
         shown = ", ".join(str(u) for u in unknown[:10])
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""

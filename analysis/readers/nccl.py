@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis._io import head, read_bytes
+from analysis._io import head, read_text
 from analysis.errors import ReadError, RecoveryWarning, SchemaError
 from analysis.readers.registry import default_run_id, register
 
@@ -364,18 +364,18 @@ def read(path: Path, *, run_id: str | None = None) -> pd.DataFrame:
         When the file holds no NCCL line.
     """
     path = Path(path)
-    raw = read_bytes(path)
-    text = raw.decode("utf-8", errors="replace")
+    text = read_text(path)
     rows, fragments = _parse(text)
     if not rows:
         raise ReadError(path, "no NCCL debug line (host:pid:tid [dev] NCCL INFO|WARN ...) found")
     if fragments:
         warnings.warn(f"{path}: skipped {fragments} line fragment(s) without a NCCL prefix (output of several "
                       "processes interleaved mid-line)", RecoveryWarning, stacklevel=3)
-    if not raw.endswith(b"\n"):
+    if not text.endswith("\n"):
         last = text.rsplit("\n", 1)[-1]
         warnings.warn(f"{path}: the last line has no newline (log truncated?); read up to line "
                       f"{text.count(chr(10)) + 1}: {last[:80]!r}", RecoveryWarning, stacklevel=3)
+    rows = _checked(rows, path)
     cut = [r["line"] for r in rows if r["record"] == "_cut"]
     if cut:
         rows = [r for r in rows if r["record"] != "_cut"]
@@ -389,6 +389,33 @@ def read(path: Path, *, run_id: str | None = None) -> pd.DataFrame:
     out = _frame(df.to_dict("records"), run_id or default_run_id(path))
     validate(out)
     return out
+
+
+#: Integer fields of a record and their upper bounds (all are >= 0): ids fit int64, the
+#: ranks, devices and counts int32.
+_INT_LIMITS = {"pid": 2**63, "tid": 2**63, **dict.fromkeys(
+    ("device", "channel", "rank", "peer", "nranks", "n_nodes", "local_rank", "local_ranks", "n_channels",
+     "n_nvls_channels", "net_dev"), 2**31)}
+
+
+def _checked(rows: list[dict], path: Path) -> list[dict]:
+    """The records whose numbers are in range (and whose ``rank`` is below the ``nranks``
+    of the same line); the others are dropped, counted in one warning naming the first."""
+    kept, bad = [], []
+    for r in rows:
+        wrong = next((f"{k} {r[k]}" for k, hi in _INT_LIMITS.items()
+                      if isinstance(r.get(k), int) and not 0 <= r[k] < hi), None)
+        if wrong is None and isinstance(r.get("rank"), int) and isinstance(r.get("nranks"), int) \
+                and r["rank"] >= r["nranks"]:
+            wrong = f"rank {r['rank']} with nranks {r['nranks']}"
+        if wrong is None:
+            kept.append(r)
+        else:
+            bad.append((r["line"], wrong))
+    if bad:
+        warnings.warn(f"{path}: dropped {len(bad)} record(s) with a number out of range (the first: line "
+                      f"{bad[0][0]}, {bad[0][1]})", RecoveryWarning, stacklevel=4)
+    return kept
 
 
 def validate(df: pd.DataFrame) -> None:

@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis._io import head, keep_parsed, read_bytes
+from analysis._io import head, keep_parsed, read_text
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers._cupti import api_category, is_nccl_kernel, is_sync_api
 from analysis.readers.registry import default_run_id, register
@@ -328,7 +328,7 @@ def _nvtx_dur(frame: pd.DataFrame, start: pd.Series) -> pd.Series:
 
 
 def _load(path: Path) -> list[tuple[str | None, pd.DataFrame]]:
-    text = read_bytes(path).decode("utf-8", errors="replace")
+    text = read_text(path, what="row")
     tables = _tables(text)
     if not tables:
         raise ReadError(path, "no nsys stats table found (empty report or only notices)")

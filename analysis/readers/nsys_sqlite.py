@@ -68,10 +68,12 @@ from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers._cupti import (
     SQLITE_ERRORS,
     VALUE_ERRORS,
+    checked_times,
     connect_ro,
     damaged_sqlite,
     is_nccl_kernel,
     is_sync_api,
+    ns_column,
     sniff_tables,
     sqlite_error,
     sqlite_tables,
@@ -193,8 +195,8 @@ def _gpu_activity(df: pd.DataFrame) -> dict[str, object]:
         "pid": _pid(df["globalPid"]),
         "device": pd.array(df["deviceId"], dtype="Int16"),
         "stream": pd.array(df["streamId"], dtype="Int64"),
-        "start_ns": df["start"].to_numpy(np.int64),
-        "end_ns": df["end"].to_numpy(np.int64),
+        "start_ns": ns_column(df["start"]),
+        "end_ns": ns_column(df["end"]),
         "correlation": pd.array(df["correlationId"], dtype="Int64"),
     }
 
@@ -204,8 +206,8 @@ def _host_call(df: pd.DataFrame) -> dict[str, object]:
     return {
         "pid": _pid(df["globalTid"]),
         "tid": _tid(df["globalTid"]),
-        "start_ns": df["start"].to_numpy(np.int64),
-        "end_ns": df["end"].to_numpy(np.int64),
+        "start_ns": ns_column(df["start"]),
+        "end_ns": ns_column(df["end"]),
     }
 
 
@@ -321,7 +323,7 @@ def _nvtx(con, tables, strings, capture_end, path) -> pd.DataFrame | None:
         for d, p in zip(dom_id, pid, strict=False)
     ]
     is_mark = (df["eventType"] == NVTX_MARK).to_numpy()
-    start = df["start"].to_numpy(np.int64)
+    start = ns_column(df["start"])
     end = df["end"]
     open_ranges = int((end.isna().to_numpy() & ~is_mark).sum())
     if open_ranges:
@@ -331,8 +333,8 @@ def _nvtx(con, tables, strings, capture_end, path) -> pd.DataFrame | None:
             RecoveryWarning,
             stacklevel=4,
         )
-    end = np.where(is_mark, start, end.fillna(capture_end).to_numpy(dtype=np.float64))
-    end = np.maximum(end.astype(np.int64), start)
+    # an end before the start is left for checked_times, which warns (no silent clamp)
+    end = np.where(is_mark, start, ns_column(end.fillna(capture_end)))
     kind = np.where(
         is_mark,
         "marker",
@@ -451,6 +453,7 @@ def _read(
         return schema.make_events(0, run_id=run_id, start_ns=[], dur_ns=[], source=NAME)
     raw = pd.concat(parts, ignore_index=True)
     raw = raw.sort_values("start_ns", kind="mergesort").reset_index(drop=True)
+    raw = checked_times(raw, path, stacklevel=4)
 
     rank: object = None
     if "MPI_RANKS" in tables:

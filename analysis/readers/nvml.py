@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis._io import head, keep_parsed, read_bytes
+from analysis._io import decode_utf8, drop_nul_lines, head, keep_parsed, read_text_bytes
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers.registry import default_run_id, register
 
@@ -272,8 +272,8 @@ def read(
         metric, or unknown units.
     """
     path = Path(path)
-    raw = read_bytes(path)
-    text = _decode(raw)
+    raw = drop_nul_lines(read_text_bytes(path), path, what="row")
+    text = _decode(raw, path)
     try:
         rows = [r for r in csv.reader(io.StringIO(text.lstrip("\ufeff")), skipinitialspace=True) if r]
     except csv.Error as exc:
@@ -307,16 +307,17 @@ def read(
     return schema.validate_samples(df)
 
 
-def _decode(raw: bytes) -> str:
-    """UTF-8 (nvidia-smi's own), with stray invalid bytes replaced; Latin-1 for a file with
-    no valid UTF-8 multi-byte character at all (an old log whose "°" is one byte)."""
+def _decode(raw: bytes, path: Path) -> str:
+    """UTF-8 (nvidia-smi's own), with stray invalid bytes replaced (and warned); Latin-1 for
+    a file with no valid UTF-8 multi-byte character at all (an old log whose "°" is one
+    byte)."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         pass
     text = raw.decode("utf-8", errors="replace")
     if any(ord(c) > 127 and c != "\ufffd" for c in text):
-        return text
+        return decode_utf8(raw, path, stacklevel=3)
     return raw.decode("latin-1")
 
 
@@ -346,6 +347,18 @@ def _header(rows: list[list[str]], columns: Sequence[str] | None, path: Path,
     return header, body, targets
 
 
+def _device_index(values: pd.Series, path: Path) -> object:
+    """The ``index`` column: a GPU index is an integer in [0, 2**15); anything else (text, a
+    fraction, a negative or huge number) is left empty and counted in a warning."""
+    num = pd.to_numeric(values, errors="coerce")
+    ok = num.notna() & (num == num.round()) & (num >= 0) & (num < 2**15)
+    bad = int((~ok & values.astype(str).str.strip().ne("")).sum())
+    if bad:
+        warnings.warn(f"{path}: {bad} GPU index value(s) that are not an integer in [0, 32767] left empty",
+                      RecoveryWarning, stacklevel=5)
+    return pd.array(num.where(ok).astype("Float64").round(), dtype="Float64").astype("Int16")
+
+
 def _metrics(frame: pd.DataFrame, header: list[str], targets: list, path: Path) -> dict[str, object]:
     """The sample columns of the parsed rows: one per known metric (the first column of
     each), and ``device``."""
@@ -354,7 +367,7 @@ def _metrics(frame: pd.DataFrame, header: list[str], targets: list, path: Path) 
         if target in (None, "ts") or target in data:
             continue
         if target == "device":
-            data["device"] = pd.array(pd.to_numeric(frame[i], errors="coerce"), dtype="Int16")
+            data["device"] = _device_index(frame[i], path)
             continue
         try:
             data[target] = _values(frame[i], target, unit, path)

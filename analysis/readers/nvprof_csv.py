@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import schema
-from analysis._io import head, keep_parsed, read_bytes
+from analysis._io import head, keep_parsed, read_text
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers._cupti import api_category, is_nccl_kernel, is_sync_api
 from analysis.readers.registry import default_run_id, register
@@ -218,7 +218,7 @@ def read(path: str | Path, *, run_id: str | None = None) -> pd.DataFrame:
         (use :func:`read_summary`).
     """
     path = Path(path)
-    text = read_bytes(path).decode("utf-8", errors="replace")
+    text = read_text(path, what="row")
     try:
         blocks = _blocks(path, text)
     except csv.Error as exc:
@@ -271,7 +271,7 @@ def read_summary(path: str | Path) -> pd.DataFrame:
         the units row).
     """
     path = Path(path)
-    text = read_bytes(path).decode("utf-8", errors="replace")
+    text = read_text(path, what="row")
     frames = []
     rename = {"Type": "type", "Name": "name", "Calls": "instances"}
     timed = {"Time": "total_ns", "Avg": "avg_ns", "Min": "min_ns", "Max": "max_ns"}

@@ -49,12 +49,14 @@ from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers._cupti import (
     SQLITE_ERRORS,
     VALUE_ERRORS,
+    checked_times,
     connect_ro,
     damaged_sqlite,
     demangle,
     driver_cbid_name,
     is_nccl_kernel,
     is_sync_api,
+    ns_column,
     runtime_cbid_name,
     sniff_tables,
     sqlite_error,
@@ -112,8 +114,8 @@ def _gpu_common(df: pd.DataFrame) -> dict[str, object]:
     return {
         "device": pd.array(df["deviceId"], dtype="Int16"),
         "stream": pd.array(df["streamId"], dtype="Int64"),
-        "start_ns": df["start"].to_numpy(np.int64),
-        "end_ns": df["end"].to_numpy(np.int64),
+        "start_ns": ns_column(df["start"]),
+        "end_ns": ns_column(df["end"]),
         "correlation": pd.array(df["correlationId"], dtype="Int64"),
     }
 
@@ -193,8 +195,8 @@ def _read(con: sqlite3.Connection, path: Path, run_id: str) -> pd.DataFrame:
                 name=np.array(names, dtype=object),
                 kind=np.where([is_sync_api(n) for n in names], "sync_wait", "runtime"),
                 cat=cat,
-                start_ns=df["start"].to_numpy(np.int64),
-                end_ns=df["end"].to_numpy(np.int64),
+                start_ns=ns_column(df["start"]),
+                end_ns=ns_column(df["end"]),
                 correlation=pd.array(df["correlationId"], dtype="Int64"),
             )
         )
@@ -206,7 +208,7 @@ def _read(con: sqlite3.Connection, path: Path, run_id: str) -> pd.DataFrame:
     if not parts:
         return schema.make_events(0, run_id=run_id, start_ns=[], dur_ns=[], source=NAME)
     raw = pd.concat(parts, ignore_index=True).sort_values("start_ns", kind="mergesort")
-    raw = raw.reset_index(drop=True)
+    raw = checked_times(raw.reset_index(drop=True), path, stacklevel=4)
     start = raw["start_ns"].to_numpy(np.int64)
     cols = {c: pd.array(raw[c], dtype=schema.EVENT_COLUMNS[c])
             for c in ("pid", "tid", "device", "stream", "bytes", "correlation") if c in raw}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis._io import head, read_bytes
+from analysis._io import head, read_text
 from analysis.errors import ReadError, SchemaError
 from analysis.readers.registry import default_run_id, register
 
@@ -94,7 +94,7 @@ def read(path: Path, *, run_id: str | None = None, host: str | None = None) -> p
         One row per ordered device pair, columns :data:`COLUMNS` (module docstring).
     """
     path = Path(path)
-    lines = _ANSI.sub("", read_bytes(path).decode("utf-8", errors="replace")).splitlines()
+    lines = _ANSI.sub("", read_text(path)).splitlines()
     start = next((i for i, ln in enumerate(lines) if "GPU0" in ln), None)
     if start is None:
         raise ReadError(path, "no 'GPU0' header: not an nvidia-smi topo -m matrix")

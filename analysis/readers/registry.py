@@ -20,7 +20,7 @@ from typing import Literal
 
 import pandas as pd
 
-from analysis._io import check_file, open_binary
+from analysis._io import check_encoding, check_file, head, open_binary
 from analysis.errors import ReadError, UnknownFormatError
 
 BUILTIN_MODULES = (
@@ -123,6 +123,7 @@ def sniff(path: str | os.PathLike[str]) -> str:
                 return reader.name
         except Exception:  # sniff must be cheap and total; a failing sniff means "not mine"
             continue
+    check_encoding(head(path, 512), path)  # UTF-16/32 text: say so, not "unknown format"
     raise UnknownFormatError(
         path, "not a format scalescope knows. Known formats: " + describe_formats()
     )

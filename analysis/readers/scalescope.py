@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import schema
-from analysis._io import head, read_bytes
+from analysis import _io, schema
+from analysis._io import head
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers.registry import REGISTRY, default_run_id, register
 from analysis.rundir import FORMAT_VERSION as MANIFEST_VERSION
@@ -87,13 +87,18 @@ def sniff_samples(path: Path) -> bool:
 
 
 # -- trace -------------------------------------------------------------------------------------
-def _us_to_ns(value: object, path: Path, what: str) -> int:
-    """A µs value as written (string from ``parse_float=str``, or int) -> exact int ns."""
+def _us_to_ns(value: object) -> int | None:
+    """A µs value as written (string from ``parse_float=str``, or int) -> exact int ns;
+    None for anything that is not a number (a bool, null, a string, an object)."""
     if isinstance(value, bool) or value is None:
-        raise ReadError(path, f"{what} is {value!r}, expected a number of µs")
+        return None
     if isinstance(value, int):
         return value * 1000
-    s = str(value)
+    if not isinstance(value, str):  # parse_float=str: a float is its text; a JSON string is too
+        return None
+    s = value.strip()
+    if not s or not s.isascii() or s.lower() in ("nan", "inf", "infinity", "-inf", "-infinity"):
+        return None
     try:
         neg = s.startswith("-")
         if neg:
@@ -101,31 +106,43 @@ def _us_to_ns(value: object, path: Path, what: str) -> int:
         if "e" in s or "E" in s:  # not written by us; exact enough through Decimal
             from decimal import Decimal
 
-            ns = int((Decimal(s) * 1000).to_integral_value())
+            exp = Decimal(s).adjusted()  # 1e999999999: no exact product needed
+            if exp > 30:
+                ns = _NS_LIMIT  # beyond int64 ns: the caller drops it as such
+            elif exp < -30:
+                ns = 0
+            else:
+                ns = int((Decimal(s) * 1000).to_integral_value())
         else:
+            if not (whole_frac := s.replace(".", "", 1)).isdigit() or not whole_frac.isascii():
+                return None
             whole, _, frac = s.partition(".")
             frac3 = (frac + "000")[:3]
             ns = int(whole or "0") * 1000 + int(frac3)
             if len(frac) > 3 and int(frac[3]) >= 5:  # sub-ns digits: round half up
                 ns += 1
         return -ns if neg else ns
-    except ValueError:
-        raise ReadError(path, f"{what} {value!r} is not a number") from None
+    except (ValueError, ArithmeticError):  # decimal.InvalidOperation, Overflow
+        return None
 
 
 def _load_records(path: Path) -> tuple[list, int, bool]:
-    """Parse the JSON array, tolerating a missing ``]`` and a half-written last record.
+    """Parse the JSON array, tolerating a missing ``]``, a half-written last record and
+    damaged records in the middle (NUL bytes, garbage: each costs its own line).
 
-    Returns ``(records, bytes_dropped, closed)``.
+    Returns ``(records, bytes_dropped, closed)``: ``bytes_dropped`` are those of a
+    half-written last record, ``closed`` whether the array was terminated.
     """
-    raw = read_bytes(path)
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:  # a damaged byte in a name: the record is kept, the byte replaced
-        before = raw.count("\ufffd".encode())
-        raw = raw.decode("utf-8", errors="replace").encode("utf-8")
-        warnings.warn(f"{path}: {raw.count(chr(0xFFFD).encode()) - before} byte sequence(s) were not valid "
-                      "UTF-8 and were replaced with U+FFFD", RecoveryWarning, stacklevel=4)
+    raw = _io.read_text_bytes(path)  # gzip of any members; UTF-16 refused; BOM removed
+    padded = raw.rstrip(b" \t\r\n\0")
+    if b"\0" in raw[len(padded):]:  # zero fill after the end (a crash on an extended file)
+        warnings.warn(f"{path}: {raw.count(0, len(padded)):,} byte(s) of NUL data after the end of the trace "
+                      "were ignored", RecoveryWarning, stacklevel=4)
+        raw = padded + b"\n"
+    if b"\0" not in raw:
+        # a damaged byte in a name: the record is kept, the byte replaced (NUL bytes are
+        # left for the per-record parse below, which drops the record that holds them)
+        raw = _io.decode_utf8(raw, path, stacklevel=3).encode("utf-8")
     body = raw.rstrip()
     if not body.lstrip().startswith(b"["):
         raise ReadError(path, "not a scalescope trace: it does not start with a JSON array '['")
@@ -135,9 +152,13 @@ def _load_records(path: Path) -> tuple[list, int, bool]:
             if isinstance(recs, list):
                 return recs, 0, True
         except ValueError:
-            pass  # e.g. a trailing comma before ']': recover below
+            pass  # damage inside, or a trailing comma before ']': record by record below
+    lined = _records_by_line(raw, path)
+    if lined is not None:
+        return lined
+    if body.endswith(b"]"):
         body = body[:-1].rstrip()
-    # Unterminated: cut back to the end of the last complete line-record.
+    # Not one record per line (or nothing parsed): cut back to the last complete record.
     pos = len(body)
     while pos > 0:
         prefix = body[:pos].rstrip()
@@ -157,6 +178,74 @@ def _load_records(path: Path) -> tuple[list, int, bool]:
     if body.strip() == b"[":
         return [], len(raw) - len(body), False
     raise ReadError(path, "not valid JSON and no complete record could be recovered")
+
+
+def _records_by_line(raw: bytes, path: Path) -> tuple[list, int, bool] | None:
+    """The records of a trace written one per line (as the recorder writes it), line by
+    line: a line that does not parse costs that record only, and is named in a warning by
+    what it holds (NUL bytes, invalid UTF-8, text that is not JSON) and where. A last line
+    that does not parse in an unterminated array is the half-written record of a killed
+    rank. None when no line parses (not written one record per line)."""
+    recs: list = []
+    bad: list[tuple[int, int, bytes]] = []  # (offset, line number, line)
+    closed = False
+    last_bad = False
+    offset = 0
+    opened = False
+    after: list[tuple[int, int, bytes]] = []  # lines after the closing "]"
+    for lineno, line in enumerate(raw.split(b"\n"), 1):
+        start = offset
+        offset += len(line) + 1
+        text = line.strip()
+        if not text:
+            continue
+        if not opened:  # the array's "[" (the caller checked it is there)
+            opened, text = True, text[1:].strip()
+            if not text:
+                continue
+        if closed:
+            after.append((start, lineno, text))
+            continue
+        if text == b"]":
+            closed = True
+            continue
+        piece = text.rstrip(b",").rstrip()
+        if piece.endswith(b"]") and not piece.endswith(b"]}") and _closes(piece):
+            piece, closed = piece[:-1].rstrip().rstrip(b","), True
+        try:
+            if b"\0" in piece:
+                raise ValueError("NUL")
+            recs.append(json.loads(piece, parse_float=str))
+            last_bad = False
+        except (ValueError, RecursionError):
+            bad.append((start + max(line.find(piece[:1]), 0), lineno, piece))
+            last_bad = True
+    if not recs:
+        return None
+    if after:
+        off, lineno, text = after[0]
+        warnings.warn(f"{path}: {sum(len(t) for _, _, t in after):,} byte(s) after the closing ']' (from line "
+                      f"{lineno}: {_io.describe_bytes(text, off)}) were ignored", RecoveryWarning, stacklevel=4)
+    dropped = 0
+    if last_bad and not closed:  # the record being written when the rank stopped
+        dropped = len(bad.pop()[2])
+    if bad:
+        off, lineno, piece = bad[0]
+        more = f"; {len(bad)} damaged record(s) in all" if len(bad) > 1 else ""
+        warnings.warn(f"{path}: dropped {len(bad)} record(s) that do not parse: line {lineno} holds "
+                      f"{_io.describe_bytes(piece, off)}{more}; the records before and after "
+                      "were kept", RecoveryWarning, stacklevel=4)
+    return recs, dropped, closed
+
+
+def _closes(piece: bytes) -> bool:
+    """Whether a line ending in ``]`` is a record followed by the array's closing bracket
+    (``{...}]``), not a record whose last value is a list."""
+    try:
+        json.loads(piece[:-1].rstrip().rstrip(b","), parse_float=str)
+        return True
+    except (ValueError, RecursionError):
+        return False
 
 
 def _text(value: object) -> tuple[str, bool]:
@@ -204,7 +293,11 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
                     "args that are not an object (ignored)", 0) + 1
             args = {}
         rcat = r.get("cat")
-        start = _us_to_ns(r.get("ts"), path, "ts")
+        start = _us_to_ns(r.get("ts"))
+        if start is None:
+            what = "a ts that is not a number of µs (dropped)"
+            notes[what] = notes.get(what, 0) + 1
+            continue
         if abs(start) >= _NS_LIMIT:
             notes["a ts beyond ±2**62 ns (dropped)"] = notes.get("a ts beyond ±2**62 ns (dropped)", 0) + 1
             continue
@@ -219,7 +312,11 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
                 notes["no dur (kept with dur 0)"] = notes.get("no dur (kept with dur 0)", 0) + 1
                 dur = 0
             else:
-                dur = _us_to_ns(r["dur"], path, "dur")
+                dur = _us_to_ns(r["dur"])
+            if dur is None:
+                what = "a dur that is not a number of µs (dropped)"
+                notes[what] = notes.get(what, 0) + 1
+                continue
             if dur < 0:
                 notes["a negative dur (set to 0)"] = notes.get("a negative dur (set to 0)", 0) + 1
             elif dur >= _NS_LIMIT:
@@ -264,8 +361,9 @@ def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
                 and r.get("name") == "scalescope_end"), None)
     if not closed or dropped:
         warnings.warn(
-            f"{path}: trace is not terminated (the rank did not finish cleanly, e.g. it was "
-            f"killed); {dropped:,} byte(s) of a half-written last record were dropped, "
+            f"{path}: trace is not terminated (the file ends before the closing ']': the rank "
+            f"did not close it, e.g. it was killed, or the file was cut); {dropped:,} byte(s) of "
+            "an incomplete last record were dropped, "
             f"{sum(1 for r in recs if isinstance(r, dict) and r.get('ph') != 'M'):,} "
             "complete event(s) kept",
             RecoveryWarning,
@@ -332,13 +430,9 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
     A last line cut off by a killed sampler is dropped with a :class:`RecoveryWarning`.
     """
     path = Path(path)
-    raw = read_bytes(path)
-    try:
-        text = raw.decode("utf-8", errors="strict") if raw else ""
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ReadError(path, f"not UTF-8 text: byte {exc.start} (line {line}) is {raw[exc.start:exc.start + 1]!r}; "
-                              "the samples file is damaged") from None
+    # gzip of any members, UTF-16 refused, BOM removed; a line holding NUL bytes is dropped
+    # and bytes that are not UTF-8 replaced, each named in a warning
+    text = _io.read_text(path, what="row")
     header, _, rest = text.partition("\n")
     header = header.strip()
     if header not in (_GPU_HEADER, _CPU_HEADER):
@@ -355,37 +449,80 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
         from io import StringIO
 
         try:
-            df = pd.read_csv(StringIO(rest), header=None, names=names,
-                             dtype={"host": "object"}, keep_default_na=True)
+            # a row with too many fields (damage) is skipped and counted below
+            df = pd.read_csv(StringIO(rest), header=None, names=names, dtype=object,
+                             keep_default_na=True, on_bad_lines="skip", skip_blank_lines=True)
         except (ValueError, pd.errors.ParserError) as exc:
             raise ReadError(path, f"malformed CSV rows: {exc}") from None
+        skipped = sum(1 for ln in rest.split("\n") if ln.strip()) - len(df)
     else:
         df = pd.DataFrame({c: [] for c in names})
+        skipped = 0
+    # ts_ns: integer ns; a row whose ts_ns is not one (damage) costs that row only
+    ts = pd.Series(_int_ns(df["ts_ns"]), index=df.index, dtype=object)
+    df, ts = _io.keep_parsed(df, ts, path, already_bad=max(skipped, 0),
+                             detail=" (wrong number of fields, or a ts_ns that is not an integer)")
+    ts = ts.astype("int64")
     n = len(df)
-    try:
-        ts = pd.to_numeric(df["ts_ns"], errors="raise").astype("int64")
-    except (ValueError, TypeError):
-        raise ReadError(path, "ts_ns has non-integer values") from None
-    metrics = {c: pd.to_numeric(df[c], errors="coerce") for c in names
-               if c in schema.SAMPLE_METRICS}
-
-    def _ints(col: str) -> object:
-        if col not in df:
-            return None
-        return pd.array(pd.to_numeric(df[col], errors="coerce").astype("Float64").round(),
-                        dtype="Float64").astype("Int64").to_numpy(dtype=object, na_value=None)
+    metrics, ints = _sample_values(df, names, path)
 
     out = schema.make_samples(
         n,
         run_id=run_id or default_run_id(path),
         host=df["host"].astype(object).where(df["host"].notna(), None).tolist(),
-        device=_ints("device"),
-        cpu_core=_ints("cpu_core"),
-        rank=_ints("rank"),
+        **ints,
         ts_ns=ts.to_numpy(),
         source="scalescope_samples",
         **{k: v.to_numpy(dtype=float) for k, v in metrics.items()},
     )
+    return out
+
+
+def _sample_values(df: pd.DataFrame, names: list[str], path: Path) -> tuple[dict, dict]:
+    """``(metrics, ids)`` of the samples rows: every value checked against its column's type
+    and range; a bad one is left empty and counted (one warning), never the whole file lost
+    or a wrapped number kept."""
+    bad: dict[str, int] = {}
+
+    def checked(col: str, lo: float, hi: float, integer: bool) -> pd.Series:
+        given = df[col].notna() & df[col].astype(str).str.strip().ne("")
+        num = pd.to_numeric(df[col], errors="coerce")
+        with np.errstate(invalid="ignore"):
+            ok = num.notna() & np.isfinite(num) & (num >= lo) & (num <= hi)
+            if integer:
+                ok &= num == num.round()
+        if int((given & ~ok).sum()):
+            bad[col] = int((given & ~ok).sum())
+        return num.where(ok)
+
+    metrics = {c: checked(c, *((0, 100) if c.endswith("_pct") and c.startswith("util_") else
+                               (-np.inf, np.inf)), integer=False)
+               for c in names if c in schema.SAMPLE_METRICS}
+
+    def ids(col: str) -> object:
+        if col not in df:
+            return None
+        hi = 2**31 - 1 if col == "rank" else 2**15 - 1
+        return pd.array(checked(col, 0, hi, integer=True).astype("Float64"),
+                        dtype="Float64").astype("Int64").to_numpy(dtype=object, na_value=None)
+
+    ints = {c: ids(c) for c in ("device", "cpu_core", "rank")}
+    if bad:
+        warnings.warn(f"{path}: {sum(bad.values())} value(s) of the wrong type or out of range left empty ("
+                      + ", ".join(f"{c}: {k}" for c, k in bad.items()) + ")", RecoveryWarning, stacklevel=4)
+    return metrics, ints
+
+
+def _int_ns(values: pd.Series) -> list:
+    """Each value as an int64 ns (decimal digits, optional sign), or None."""
+    out: list = []
+    for v in values.tolist():
+        s = v.strip() if isinstance(v, str) else None
+        if s and s.lstrip("-").isdigit() and s.lstrip("-").isascii():
+            i = int(s)
+            out.append(i if -(2**63) <= i < 2**63 else None)
+        else:
+            out.append(None)
     return out
 
 
@@ -440,7 +577,7 @@ def read_run_dir(
     manifest = read_manifest(run_dir)
     run_id = run_id or manifest.get("run_id") or run_dir.name
     offsets = clock_offsets(manifest)
-    ranks = {int(r["rank"]): r for r in manifest.get("ranks") or [] if "rank" in r}
+    ranks = {r["rank"]: r for r in manifest.get("ranks") or [] if type(r.get("rank")) is int}
     if kind == "samples":
         return _read_run_samples(run_dir, manifest, run_id, offsets)
     if kind != "events":
@@ -488,7 +625,7 @@ def run_dir_parts(path: str | os.PathLike[str], *, run_id: str | None = None) ->
         raise ReadError(run_dir, "not a directory")
     manifest = read_manifest(run_dir)
     run_id = run_id or manifest.get("run_id") or run_dir.name
-    ranks = {int(r["rank"]): r for r in manifest.get("ranks") or [] if "rank" in r}
+    ranks = {r["rank"]: r for r in manifest.get("ranks") or [] if type(r.get("rank")) is int}
     return _parts(run_dir, run_id, clock_offsets(manifest), ranks)
 
 

@@ -172,3 +172,30 @@ def test_threads_reading_at_once_keep_their_own_warnings(tmp_path, monkeypatch):
             fa.result(), fb.result()
     for path in (a, b):  # the cached entries replay exactly their own file's warning
         assert one(path) == [f"{path.name}: damaged"]
+
+
+@pytest.mark.parametrize(("fixture", "old", "new"), [(FIXTURE, b'"forward"', b'"forwarX"'),
+                                                  ("kineto/tiny_rank1.pt.trace.json", b'"aten::mm"', b'"aten::mX"')])
+def test_a_symlink_to_a_cached_file_gives_the_frame_of_its_own_name(data_dir, tmp_path, fixture, old, new):
+    """Issue 25, class 6: the run_id (and Kineto's rank from the name) come from the path as
+    given, so a link read after its target was cached gives what a fresh parse of the link
+    gives, never the target's cached frame; and the other way round."""
+    target = tmp_path / "rank-00000.trace.json"
+    shutil.copy(data_dir / fixture, target)
+    link = tmp_path / "worker7.trace.json"
+    link.symlink_to(target)
+    for first, second in ((target, link), (link, target)):
+        analysis.read(first, cache=True)
+        got = analysis.read(second, cache=True)
+        pd.testing.assert_frame_equal(got, _fresh(second))
+        assert set(got["run_id"].astype(str)) == {second.name.split(".")[0]}
+    # the link re-pointed at another file: that file's content, not the cached frame
+    other = tmp_path / "other.json"
+    raw = target.read_bytes()
+    assert old in raw
+    other.write_bytes(raw.replace(old, new, 1))
+    link.unlink()
+    link.symlink_to(other)
+    got = analysis.read(link, cache=True)
+    assert new.strip(b'"').decode() in set(got["name"].astype(str))
+    pd.testing.assert_frame_equal(got, _fresh(link))

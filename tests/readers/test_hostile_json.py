@@ -101,8 +101,12 @@ def test_an_array_of_non_records_is_not_called_unterminated(tmp_path, text):
 def test_samples_with_a_byte_that_is_not_utf8(data_dir, tmp_path):
     raw = (data_dir / "scalescope/ddp_gloo_np2/samples-vm.csv").read_bytes().replace(b",vm,", b",v\xffm,", 1)
     p = _write(tmp_path, "samples-vm.csv", raw)
-    with pytest.raises(ReadError, match=r"samples-vm.csv: not UTF-8 text: byte \d+ \(line 2\)"):
-        analysis.read(p)
+    # the damaged byte costs nothing but itself (issue 25): replaced, named with its place
+    with pytest.warns(RecoveryWarning, match=r"samples-vm.csv: 1 byte sequence\(s\) were not valid UTF-8 "
+                      r"\(the first at offset \d+ \(line 2\)\)"):
+        df = analysis.read(p)
+    whole = analysis.read(data_dir / "scalescope/ddp_gloo_np2/samples-vm.csv")
+    assert len(df) == len(whole) and (df["host"].astype(str) == "v\ufffdm").sum() == 1
 
 
 def test_read_many_misuse(data_dir):
