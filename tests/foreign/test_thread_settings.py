@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.runset import _threads, thread_mismatches
+from analysis.runtable import thread_mismatches, thread_settings
 
 
 def _rank(intra, cpus=2):
@@ -13,11 +13,11 @@ def _rank(intra, cpus=2):
 
 
 def test_thread_columns_from_the_ranks_else_the_manifest():
-    assert _threads({"ranks": [_rank(1), _rank(1)]}) == {"threads_per_rank": 1, "host_cpus": 2, "threads_mixed": False}
-    assert _threads({"ranks": [_rank(1), _rank(3, cpus=8)]})["threads_mixed"] is True
-    assert _threads({"ranks": [_rank(1), _rank(3, cpus=8)]})["threads_per_rank"] == 3
+    assert thread_settings({"ranks": [_rank(1), _rank(1)]}) == {"threads_per_rank": 1, "host_cpus": 2, "threads_mixed": False}
+    assert thread_settings({"ranks": [_rank(1), _rank(3, cpus=8)]})["threads_mixed"] is True
+    assert thread_settings({"ranks": [_rank(1), _rank(3, cpus=8)]})["threads_per_rank"] == 3
     # a manifest written before ranks recorded threads: the script's own number
-    assert _threads({"ranks": [{"rank": 0}], "threads_per_rank": 4}) == {
+    assert thread_settings({"ranks": [{"rank": 0}], "threads_per_rank": 4}) == {
         "threads_per_rank": 4, "host_cpus": None, "threads_mixed": None}
 
 
