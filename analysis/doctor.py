@@ -117,6 +117,14 @@ def collect() -> list[Finding]:
     if not probe:
         findings.append(Finding("probe", False, f"could not probe the Python environment: {out[-300:]}"))
 
+    for part in (_framework_findings(probe), _system_findings(probe), _tool_findings()):
+        findings.extend(part)
+    return findings
+
+
+def _framework_findings(probe: dict) -> list[Finding]:
+    """torch and Horovod, as the probe of the Python environment saw them."""
+    findings: list[Finding] = []
     t = probe.get("torch", {"error": "not probed"})
     if "error" in t:
         findings.append(Finding("torch", False, t["error"], "instrumented training, the example workload, sweeps"))
@@ -138,10 +146,15 @@ def collect() -> list[Finding]:
             "horovod", True,
             f"{h['version']}; controllers: {ctrl or 'none'}; tensor operations: {ops or 'none'}",
             f"horovod-{'/'.join(missing)} backend" if missing else ""))
+    return findings
 
+
+def _system_findings(probe: dict) -> list[Finding]:
+    """MPI on PATH; NVML, NVTX and psutil as the probe saw them."""
+    findings: list[Finding] = []
     mpirun = shutil.which("mpirun")
     if mpirun:
-        rc, out = _run([mpirun, "--version"])
+        _, out = _run([mpirun, "--version"])
         first = out.splitlines()[0] if out else "unknown version"
         findings.append(Finding("mpi", True, f"{mpirun}: {first}"))
     else:
@@ -161,7 +174,12 @@ def collect() -> list[Finding]:
     p = probe.get("psutil", {"error": "not probed"})
     findings.append(Finding("psutil", "error" not in p, p.get("version", p.get("error", "")),
                             "" if "error" not in p else "CPU sampling on machines without NVML"))
+    return findings
 
+
+def _tool_findings() -> list[Finding]:
+    """Nsight Systems, kaleido with a browser, and the launchers."""
+    findings: list[Finding] = []
     nsys = find_nsys()
     if nsys:
         rc, out = _run([nsys, "--version"])
