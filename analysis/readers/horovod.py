@@ -68,7 +68,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io
-from analysis.readers import _assembly, _chrome
+from analysis.readers import _assembly, _chrome, numbers
 from analysis.readers.registry import default_run_id, register
 from analysis.schema import KINDS
 
@@ -361,12 +361,12 @@ class _Stream:
         self.bad_ph_names.update(odd)
         names = self.names.encode([e.name for e in recs])
         ts = np.fromiter([e.ts for e in recs], np.float64, count=len(recs))
-        far = ~_chrome.in_range(ts)
+        far = ~numbers.in_range(ts)
         if far.any():  # a B at 1e300 would otherwise become a span from the origin
             self.count["far_ts"] += int(far.sum())
             ts[far] = np.nan
         has_ts = ~np.isnan(ts)
-        ts_ns, inexact = _chrome.us_to_ns(np.where(has_ts, ts, 0.0))
+        ts_ns, inexact = numbers.us_to_ns(np.where(has_ts, ts, 0.0))
         del ts
         self.count["inexact"] += int(inexact.sum())
         pid = np.fromiter([e.pid for e in recs], np.int64, count=len(recs))

@@ -69,7 +69,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import _io
-from analysis.readers import _assembly, _chrome
+from analysis.readers import _assembly, _chrome, numbers
 from analysis.readers.registry import default_run_id, register
 from analysis.schema import KINDS
 
@@ -228,7 +228,7 @@ class _State:
         for col, values in (("pid", [e.pid for e in keep]), ("tid", tids),
                             ("corr", [a.correlation for a in args]),
                             ("stream", [_hex_id(a.stream) for a in args])):
-            out[col], out[col + "_na"] = _chrome.int_column(values)
+            out[col], out[col + "_na"] = numbers.int_column(values)
             if col in ("corr", "stream"):  # present but not an id: left empty, and said
                 given = np.fromiter((v is not None for v in values), bool, count=len(values))
                 bad = given & (out[col + "_na"] | (out[col] < 0))

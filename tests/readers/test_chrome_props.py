@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from analysis.errors import ReadError, RecoveryWarning  # noqa: E402
-from analysis.readers import _chrome, horovod, kineto  # noqa: E402
+from analysis.readers import _chrome, horovod, kineto, numbers  # noqa: E402
 from analysis.schema import validate_events  # noqa: E402
 
 SETTINGS = settings(max_examples=40, deadline=None,
@@ -202,10 +202,10 @@ def test_horovod_fuzzed_truncation(tmp_path, tensors, seed, data):
 @given(st.integers(-(2**62), 2**62))
 def test_us_to_ns_exact_or_flagged(ns):
     us = float(_us(abs(ns)) if ns >= 0 else "-" + _us(-ns))
-    got, inexact = _chrome.us_to_ns(np.array([us]))
+    got, inexact = numbers.us_to_ns(np.array([us]))
     if abs(ns) < 2**43 * 1000:  # below 2**43 µs float64 keeps every ns
         assert not inexact[0] and got[0] == ns
-    assert _chrome.text_us_to_ns(_us(abs(ns)) if ns >= 0 else "-" + _us(-ns)) == ns
+    assert numbers.text_us_to_ns(_us(abs(ns)) if ns >= 0 else "-" + _us(-ns)) == ns
 
 
 @pytest.mark.parametrize("block", [97, 4096])
@@ -216,7 +216,6 @@ def test_tiny_blocks_give_the_same_frames(block, monkeypatch, data_dir):
 
     import pandas as pd
 
-    from analysis.readers import _chrome
 
     corpus = data_dir.parents[2] / "shared" / "corpus" / "horovod_timeline"  # used when present
     files = [*sorted((data_dir / "horovod").glob("*.json")), *sorted((data_dir / "kineto").glob("*.json*")),
