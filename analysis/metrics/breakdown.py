@@ -287,10 +287,11 @@ def _timeline_rows(events: pd.DataFrame) -> dict[object, pd.DataFrame]:
 
 
 def _in_flight(sync_phases: iv.Intervals, comm: pd.DataFrame | None, timeline: pd.DataFrame | None) -> iv.Intervals:
-    """``sync_total``'s intervals of one rank: its in-flight records (or the Horovod timeline
-    on the rank that wrote it) together with its sync waits."""
+    """``sync_total``'s intervals of one rank: its in-flight records together with its sync
+    waits; the Horovod timeline only on the rank that wrote it when that rank has no
+    in-flight records (one instrument on every rank where the recorder ran)."""
     parts = [sync_phases]
-    src = timeline if timeline is not None and len(timeline) else comm
+    src = comm if comm is not None and len(comm) else timeline
     if src is not None and len(src):
         parts.append(iv.union(src["start_ns"].to_numpy(np.int64), end_ns(src)))
     return iv.union_of(*parts)
@@ -348,8 +349,8 @@ def time_breakdown(
     the in-flight time no other phase covers.
 
     ``sync_total_s``: the union of the time a gradient collective is in flight in the
-    step: the comm hooks' records (Horovod: from the timeline on ``timeline_rank``), with
-    the rank's sync waits (a wait is for a collective in flight), so
+    step: the comm hooks' records on every rank (Horovod: the timeline, on
+    ``timeline_rank``, only where that rank has no hook records), with the rank's sync waits (a wait is for a collective in flight), so
     ``sync_exposed_s <= sync_total_s``.
     """
     if level not in ("step", "rank", "run"):

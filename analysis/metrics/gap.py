@@ -327,9 +327,11 @@ def _contention(g: pd.DataFrame, one: pd.DataFrame | None) -> tuple[bool, str | 
         return True, "; ".join(ev) or None
     if one is None or "rank_cpu_pct" not in g or "host_cpus" not in g or "rank_cpu_pct" not in one:
         return False, None
-    c = float(one["rank_cpu_pct"].astype(float).median())
-    cpus = float(pd.to_numeric(g["host_cpus"], errors="coerce").median())
-    per_host = float(pd.to_numeric(g["ranks_per_host"], errors="coerce").median())
+    def med(col: pd.Series) -> float:
+        v = pd.to_numeric(col, errors="coerce").astype(float).dropna()
+        return float(v.median()) if len(v) else np.nan
+
+    c, cpus, per_host = med(one["rank_cpu_pct"]), med(g["host_cpus"]), med(g["ranks_per_host"])
     if not (np.isfinite(c) and np.isfinite(cpus) and np.isfinite(per_host)) or per_host < 2:
         return False, None
     if per_host * c > 1.1 * 100 * cpus:

@@ -196,3 +196,21 @@ def flag_outliers(values: pd.Series, groups: pd.DataFrame | None = None) -> pd.S
 def group_mean(frame: pd.DataFrame, cols: Sequence[str]) -> Mapping[str, float]:
     """Mean over the rows (runs) of each column: the summarisation of every side."""
     return {c: float(frame[c].astype(float).mean()) for c in cols}
+
+
+def ratio(num: Sequence[float], den: Sequence[float], *, confidence: float = CONFIDENCE,
+          same: bool = False) -> tuple[float, float, float]:
+    """mean(num) / mean(den) over two independent sets of runs, with its interval
+    (:func:`delta_interval`); ``same``: they are the same runs (exactly 1, no spread)."""
+    if same:
+        return 1.0, 1.0, 1.0
+    est, lo, hi = delta_interval(lambda m: np.array([m[0][0] / m[1][0]]),
+                                 [np.asarray(num, float)[:, None], np.asarray(den, float)[:, None]],
+                                 confidence=confidence)
+    return float(est[0]), float(lo[0]), float(hi[0])
+
+
+def pooled_repeats(*samples: Sequence[float]) -> float:
+    """:func:`repeats_to_resolve` for the root-mean-square CV of the given sides' runs."""
+    cvs = [c for c in (run_cv(s) for s in samples) if np.isfinite(c)]
+    return repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan

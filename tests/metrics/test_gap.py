@@ -104,11 +104,16 @@ def test_sync_total_from_in_flight_records_and_timeline():
     s = sync_times(concat([r0, r1]), warmup=0)
     assert s["sync_total_s"].tolist() == pytest.approx([25e-6] * 12)
     assert s["sync_exposed_s"].tolist() == pytest.approx([10e-6] * 12)
-    # with a timeline, rank 0's total comes from it (here 12-40 µs), rank 1's from its hook
+    # with a timeline (here 12-40 µs), every rank with hook records keeps the hook: one
+    # instrument on every rank
     tl = make_events(run_id="h", rank=0, kind="negotiate", cat="negotiate", source="horovod",
                      name="NEGOTIATE_ALLREDUCE", start_ns=[(k * 45 + 12) * US for k in range(6)],
                      dur_ns=[28 * US] * 6)
     s = sync_times(concat([r0, r1, tl]), warmup=0).groupby("rank")["sync_total_s"].first()
+    assert s.tolist() == pytest.approx([25e-6, 25e-6])
+    # a rank 0 without hook records (an older trace) takes the timeline
+    r0_old = _steps("h", 0, layout)
+    s = sync_times(concat([r0_old, r1, tl]), warmup=0).groupby("rank")["sync_total_s"].first()
     assert s.tolist() == pytest.approx([28e-6, 25e-6])
 
 
