@@ -127,6 +127,7 @@ CAUSE_COLOURS: dict[str, str] = {
     "sync": "#D55E00",
     "straggler": "#E69F00",
     "data": "#56B4E9",
+    "contention": "#F0E442",
     "compute": "#009E73",
     "other": "#BBBBBB",
 }
@@ -135,6 +136,7 @@ CAUSE_LABELS: dict[str, str] = {
     "sync": "exposed sync",
     "straggler": "waiting for the slowest rank",
     "data": "data loading",
+    "contention": "CPU contention",
     "compute": "compute",
     "other": "other / idle",
 }
@@ -388,16 +390,20 @@ def plot_overhead(table: pd.DataFrame, *, title: str = "Framework overhead at on
     the overhead in % (:func:`analysis.metrics.overhead.framework_overhead`)."""
     _need(table, ["config_backend", "epoch_time_s", "baseline_epoch_time_s", "overhead_pct"], "plot_overhead")
     labels = table["config_backend"].astype(str).tolist()
+    # the overhead is measured on the time per sample where the runs have it (docs/metrics.md)
+    per_sample = "time_per_sample_s" in table and table["time_per_sample_s"].notna().all()
+    col, scale, unit = ("time_per_sample_s", 1e6, "time per sample (µs)") if per_sample else \
+        ("epoch_time_s", 1.0, "epoch time (s)")
     fig = go.Figure()
-    fig.add_trace(go.Bar(name="baseline (no framework)", x=labels, y=table["baseline_epoch_time_s"].tolist(),
+    fig.add_trace(go.Bar(name="baseline (no framework)", x=labels, y=(table[f"baseline_{col}"] * scale).tolist(),
                          marker_color="#BBBBBB"))
-    fig.add_trace(go.Bar(name="framework, 1 rank", x=labels, y=table["epoch_time_s"].tolist(),
+    fig.add_trace(go.Bar(name="framework, 1 rank", x=labels, y=(table[col] * scale).tolist(),
                          marker_color=PALETTE[0], text=[f"+{v:.1f} %" if v >= 0 else f"{v:.1f} %"
                                                         for v in table["overhead_pct"]],
                          textposition="outside"))
     fig.update_layout(barmode="group", title=title)
     fig.update_xaxes(title_text="configuration")
-    fig.update_yaxes(title_text="epoch time (s)", rangemode="tozero")
+    fig.update_yaxes(title_text=unit, rangemode="tozero")
     return apply_theme(fig)
 
 

@@ -92,12 +92,20 @@ def _axes(ctx: _Context) -> tuple[str, ...]:
     return tuple(c for c in ("cluster", "partition", "gpu_model") if c in pr.columns and pr[c].nunique() >= 2)
 
 
+def _config_by(ctx: _Context) -> tuple[str, ...]:
+    """The columns that make a configuration in every scaling study: placement axes on
+    which the runs differ, backend, batch size, and an injected delay where runs have one."""
+    pr = ctx.per_run
+    inject = ("inject",) if "inject" in pr.columns and pr["inject"].notna().any() else ()
+    return (*_axes(ctx), "config_backend", "batch_size", *inject)
+
+
 def _scaling(ctx: _Context) -> tuple[pd.DataFrame, str]:
     def make():
         pr = ctx.per_run
         if pr.empty:
             raise Skip("no run has epoch metrics (rank-*.epochs.jsonl)")
-        by = (*_axes(ctx), "config_backend", "batch_size")
+        by = _config_by(ctx)
         if (pr["framework"] == "none").any():
             try:
                 return M.scaling_table(pr, baseline="none", by=by), "the one-process run without a framework"
@@ -108,9 +116,58 @@ def _scaling(ctx: _Context) -> tuple[pd.DataFrame, str]:
     return ctx.memo("scaling", make)
 
 
+def _mode(ctx: _Context) -> tuple[str, list[str]]:
+    """The scaling mode the runs did (one for every study) and the mismatch warnings."""
+    def make():
+        modes, notes = M.scaling_mode(_runs(ctx), ctx.rs.epochs, by=("config_backend", "batch_size"))
+        found = sorted(set(modes.values())) or ["strong"]
+        return (found[0] if len(found) == 1 else "mixed (" + ", ".join(found) + ")"), notes
+
+    return ctx.memo("mode", make)
+
+
+_MODE_WORDS = {
+    "strong": "strong scaling (the samples per epoch stay the same in total across rank counts)",
+    "weak": "weak scaling (the samples per rank per epoch stay the same across rank counts)",
+    "throughput": "fixed iterations (no dataset): compared by throughput",
+}
+
+
+def _reporting_notes(ctx: _Context, base: str) -> list[str]:
+    """The reporting rules (docs/metrics.md): base case, mode, unit, summarisation, interval."""
+    mode, warn = _mode(ctx)
+    pr = ctx.per_run
+    steps = "time_per_sample_s" in pr.columns and pr["time_per_sample_s"].notna().any()
+    unit = ("full steps after warm-up (partial batches left out and counted in n_partial_steps)" if steps
+            else "epochs (no step records): epoch time per sample")
+    notes = [f"Base case: {base}. Ideal: the base case's time per sample on every rank (speedup n/n0, "
+             f"efficiency 1).",
+             f"Scaling mode from the runs: {_MODE_WORDS.get(mode, mode)}. Speedup = throughput ratio "
+             "X(n)/X(n0) and efficiency = speedup · n0/n in every mode and every study.",
+             f"Unit of work: {unit}. Summarised by the mean over repeats of each run's mean (outlier "
+             "repeats left out and named); intervals: 95 % delta-method t intervals over the repeats of "
+             "both sides, the baseline included (docs/metrics.md, \"Reporting rules\"); fewer than 3 repeats "
+             "on a side: no interval, the individual runs are shown."]
+    return [*notes, *(f"Warning: {w}" for w in warn)]
+
+
+def _runs_table(ctx: _Context) -> pd.DataFrame:
+    """Each run's own speedup and efficiency against the baseline mean (the individual runs
+    shown where fewer than 3 repeats allow no interval)."""
+    pr = ctx.per_run
+    by = _config_by(ctx)
+    try:
+        pts = M.run_speedups(pr, baseline="none" if (pr["framework"] == "none").any() else "min", by=by)
+    except ScalescopeError:
+        pts = M.run_speedups(pr, baseline="min", by=by)
+    cols = [c for c in ("run_id", *by, "n_ranks", "repeat", "time_per_sample_s", "speedup", "efficiency_frac",
+                        "outlier") if c in pts.columns]
+    return pts[cols].sort_values([c for c in (*by, "n_ranks", "repeat") if c in pts.columns]).reset_index(drop=True)
+
+
 def _sync(ctx: _Context) -> pd.DataFrame:
     def make():
-        s = M.sync_times(ctx.need_events())
+        s = M.sync_times(ctx.need_events(), keep_warmup=True)
         if s.empty:
             raise Skip("no gradient synchronisation records (no 'sync' phase or DDP comm-hook records)")
         return M.sync_cost(s, runs=_runs(ctx))
@@ -126,35 +183,50 @@ def _multi(values: pd.Series, n: int, what: str) -> None:
 # ---------------------------------------------------------------- studies
 
 def _summary(ctx: _Context) -> Section:
-    sec = Section(intro="Speedup and efficiency against the baseline, and the share of the step "
-                  "spent in exposed gradient synchronisation and in data loading, per configuration and rank count.")
+    sec = Section(intro="Speedup and efficiency against the base case with their 95 % intervals and verdicts, and the "
+                  "share of the step spent in exposed gradient synchronisation and in data loading, per "
+                  "configuration and rank count. The same numbers as in \"Why not ideal?\" (one definition, "
+                  "docs/metrics.md).")
     table, base = _scaling(ctx)
-    axes = list(_axes(ctx))
-    cols = [*axes, "config_backend", "batch_size", "n_ranks", "n_nodes", "n_runs", "epoch_time_s_median", "speedup",
-            "efficiency_frac"]
-    t = table[[c for c in cols if c in table.columns]].copy()
-    try:
-        keys = [*axes, "config_backend", "batch_size", "n_ranks"]
-        b = ctx.memo("breakdown_by_batch", lambda: M.breakdown_by_ranks(
-            _breakdown(ctx), _runs(ctx), by=(*axes, "config_backend", "batch_size")))
-        t = t.merge(b[[*keys, "sync_exposed_frac", "data_frac"]], on=keys, how="left")
-    except Skip as exc:
-        sec.notes.append(f"Sync and data shares are missing: {exc}")
-    sec.tables.append(("summary", t, f"Baseline: {base}."))
+    by = list(_config_by(ctx))
+    cols = [*by, "n_ranks", "n_nodes", "n_runs", "n_outliers", "time_per_sample_s", "throughput_samples_per_s",
+            "speedup", "speedup_ci_low", "speedup_ci_high", "efficiency_frac", "efficiency_ci_low_frac",
+            "efficiency_ci_high_frac", "efficiency_verdict", "sync_exposed_frac", "data_frac", "repeats_for_5pct"]
+    t = table[[c for c in cols if c in table.columns]]
+    if "n_outliers" in t and not t["n_outliers"].any():
+        t = t.drop(columns=["n_outliers"])
+    sec.notes.extend(_reporting_notes(ctx, base))
+    for r in table.dropna(subset=["outliers"]).itertuples() if "outliers" in table else []:
+        sec.notes.append(f"Outlier repeat(s) left out of {r.config_backend} at {int(r.n_ranks)} rank(s): {r.outliers}.")
+    sec.tables.append(("summary", t, "Speedup and efficiency: means over repeats against the base case; "
+                                     "efficiency_verdict: is the loss against ideal distinguishable from "
+                                     "run-to-run noise; repeats_for_5pct: repeats per side that would resolve a "
+                                     "5 % difference."))
+    if "efficiency_ci_low_frac" in table and table["efficiency_ci_low_frac"].isna().any():
+        sec.notes.append("Some rows have fewer than 3 repeats on a side: no interval can be given; each run's own "
+                         "numbers are listed below instead.")
+        sec.tables.append(("summary_runs", _runs_table(ctx), "Each run against the base case's mean."))
     return sec
 
 
 def _loss(ctx: _Context) -> tuple[pd.DataFrame, str]:
     def make():
         ev, runs = ctx.need_events(), _runs(ctx)
+        pr = ctx.per_run
+        measured = pr[pr["time_per_sample_s"].notna()] if "time_per_sample_s" in pr else None
+        if measured is not None and measured.empty:
+            measured = None
+        kw = {"by": ("config_backend", "batch_size", *_axes(ctx)), "epochs": ctx.rs.epochs,
+              "measured": measured}
         try:
-            return M.scaling_loss(ev, runs), "the one-process run without a framework"
+            return M.scaling_loss(ev, runs, **kw), "the one-process run without a framework"
         except ScalescopeError as exc:
             if "no baseline runs" not in str(exc):
                 raise Skip(str(exc)) from None
         try:
-            return M.scaling_loss(ev, runs, baseline="min"), ("each configuration's one-rank run (no baseline "
-                                                              "without a framework: framework overhead not separated)")
+            return M.scaling_loss(ev, runs, baseline="min", **kw), (
+                "each configuration's one-rank run (no baseline without a framework: framework overhead not "
+                "separated)")
         except ScalescopeError as exc:
             raise Skip(str(exc)) from None
 
@@ -165,11 +237,14 @@ def _study_why(ctx: _Context) -> Section:
     sec = Section(intro="With a fixed batch per rank, a step at n ranks should take as long as a step of the one-process "
                   "baseline. The gap between the measured and that ideal step time is split into causes that sum "
                   "to it: the framework's overhead at one rank, exposed gradient synchronisation, waiting for the "
-                  "slowest rank, data loading and compute grown against the one-rank run, and the rest "
-                  "(docs/metrics.md, \"Why not ideal?\"). Means per step over ranks and repeats, warm-up dropped; "
-                  "intervals are bootstrap 95 % intervals over repeats.")
+                  "slowest rank, data loading, CPU contention (compute grown where the cores are oversubscribed), "
+                  "compute grown against the one-rank run, and the rest (docs/metrics.md, \"Why not ideal?\"). "
+                  "Means per full step over ranks and repeats, warm-up dropped; 95 % intervals over the repeats of "
+                  "every side, the baseline included; a cause is named only when it is distinguishable from noise.")
     loss, base = _loss(ctx)
-    sec.notes.append(f"Ideal: {base}.")
+    sec.notes.append(f"Ideal: {base}; reference for the one-rank overhead: {loss.attrs.get('reference')}. "
+                     f"Unit: {loss.attrs.get('unit')}.")
+    sec.notes.extend(loss.attrs.get("notes", []))
     sec.notes.extend(M.explain_loss(loss))
     multi = loss[loss["n_ranks"] > 1]
     if multi.empty:
@@ -177,15 +252,20 @@ def _study_why(ctx: _Context) -> Section:
     else:
         sec.figures.append(("why_waterfall", P.plot_scaling_loss(loss)))
     sec.figures.append(("why_lost_speedup", P.plot_lost_speedup(loss)))
-    cols = [c for c in loss.columns if not c.endswith(("_ci_low", "_ci_high", "_share"))
-            or c.startswith(("gap_s", "efficiency"))]
-    sec.tables.append(("why_not_ideal", loss[cols], "Seconds per step; causes sum to gap_s."))
+    drop = [c for c in loss.columns if c.endswith("_share") or (c.endswith(("_ci_low", "_ci_high"))
+                                                               and not c.startswith(("gap_s", "efficiency")))]
+    t = loss.drop(columns=drop)
+    t = t[[c for c in t.columns if not (t[c].isna().all() and c in ("outliers", "slowest_tied",
+                                                                     "contention_evidence"))]]
+    sec.tables.append(("why_not_ideal", t, "Seconds per full step; causes sum to gap_s; efficiency = "
+                                           "ideal_step_s / measured_step_s; X_verdict: the cause against 0 "
+                                           "(efficiency: against 1)."))
     w = M.warmup_summary(ctx.need_events())
     if len(w):
         dropped = int(w["n_warmup"].sum())
-        sec.notes.append(f"Warm-up (rule 'auto', docs/metrics.md): {dropped} of {int(w['n_steps'].sum())} steps "
-                         f"dropped over {len(w)} rank(s), {w['warmup_s'].sum():.3g} s; the epoch studies drop each "
-                         "run's first epoch when it has more than one.")
+        sec.notes.append(f"Warm-up (rule 'auto': until the step time settles, docs/metrics.md): {dropped} of "
+                         f"{int(w['n_steps'].sum())} steps dropped over {len(w)} rank(s), {w['warmup_s'].sum():.3g} s; "
+                         "every study drops the same steps.")
         sec.tables.append(("warmup", w, "Steps dropped as warm-up per run and rank."))
     return sec
 
@@ -237,43 +317,51 @@ def _study_sync(ctx: _Context) -> Section:
 
 
 def _study_scaling(ctx: _Context) -> Section:
-    sec = Section(intro="Strong scaling (fixed dataset split over the ranks): speedup = T(baseline)/T(n), efficiency = "
-                  "speedup · n0/n, medians over repeats with min-max bars; the dashed line is a least-squares fit "
-                  "of speedup per added rank with its 95 % confidence interval.")
+    sec = Section(intro="Speedup = X(n)/X(n0), the throughput ratio, and efficiency = speedup · n0/n, means over "
+                  "repeats with 95 % intervals (bars: the individual repeats' range); the dashed line is a "
+                  "least-squares fit of speedup per added rank with its 95 % confidence interval. The epoch time "
+                  "is shown as recorded beside the mode's ideal epoch time.")
     table, base = _scaling(ctx)
-    sec.notes.append(f"Baseline: {base}.")
+    sec.notes.extend(_reporting_notes(ctx, base))
     pr = ctx.per_run
     fw = pr[pr["framework"] != "none"]
     _multi(fw["n_ranks"], 2, "runs at two or more rank counts")
     baseline = "none" if (pr["framework"] == "none").any() else "min"
     axes = _axes(ctx)
-    by = (*axes, "config_backend", "batch_size")
+    by = _config_by(ctx)
     try:
         points = M.run_speedups(pr, baseline=baseline, by=by)
     except ScalescopeError:
         points = M.run_speedups(pr, baseline="min", by=by)
+    points = points[points["outlier"].isna()] if "outlier" in points else points
     fit = M.fit_speedup(points[points["framework"] != "none"], by=(*axes, "config_backend"))
     bounds = M.node_boundaries(_runs(ctx), by=axes)
-    sec.figures.append(("scaling", P.plot_scaling(table[table["framework"] != "none"], fit=fit,
+    mode, _ = _mode(ctx)
+    t = table if mode in ("strong", "weak") else table.drop(columns=["ideal_epoch_time_s"], errors="ignore")
+    sec.figures.append(("scaling", P.plot_scaling(t[t["framework"] != "none"], fit=fit,
                                                   boundaries=bounds, by=(*axes, "config_backend"))))
-    sec.tables.append(("scaling", table, "Epoch time (s), throughput (samples/s), speedup, efficiency."))
+    sec.tables.append(("scaling", t, "Time per sample (s, one rank), throughput (samples/s), speedup and "
+                                     "efficiency with intervals; epoch time as recorded (s)."))
     sec.tables.append(("speedup_fit", fit, "Linear fit of speedup against ranks (Student-t interval)."))
     return sec
 
 
 def _study_overhead(ctx: _Context) -> Section:
-    sec = Section(intro="Epoch time of the one-rank Horovod / DDP run against the run without a framework.")
+    sec = Section(intro="Time per sample of the one-rank Horovod / DDP run against the run without a framework "
+                  "(overhead = t(framework, 1 rank) / t(baseline) - 1, means over repeats, 95 % interval over "
+                  "both sides' repeats).")
     pr = ctx.per_run
     if not (pr["framework"] == "none").any():
         raise Skip("needs a baseline run without a framework (framework 'none')")
     if not ((pr["framework"] != "none") & (pr["n_ranks"] == 1)).any():
         raise Skip("needs a one-rank run with a framework")
-    t = M.framework_overhead(pr)
-    t = t[t["baseline_epoch_time_s"].notna()]
+    t = M.framework_overhead(pr, by=tuple(c for c in _config_by(ctx) if c not in ("batch_size", "inject")))
+    t = t[t["n_baseline_runs"] > 0]
     if t.empty:
         raise Skip("no one-rank framework run has a baseline with the same batch size")
     sec.figures.append(("overhead", P.plot_overhead(t)))
-    sec.tables.append(("overhead", t, "overhead = T(framework, 1 rank) / T(baseline) - 1."))
+    sec.tables.append(("overhead", t, "overhead_verdict: is the overhead distinguishable from 0 (run-to-run "
+                                      "noise)."))
     return sec
 
 
@@ -365,7 +453,9 @@ def _study_backends(ctx: _Context) -> Section:
     if (shared < 2).all():
         raise Skip("no configuration (batch size, ranks, nodes) was run with two backends")
     sec.figures.append(("backends", P.plot_backends(t)))
-    sec.tables.append(("backends", t, "relative_epoch_time = T / fastest T on the same configuration; comm_path = "
+    sec.tables.append(("backends", t, "relative_time = time per sample / the fastest backend's on the same "
+                                      "configuration, with its 95 % interval; relative_time_verdict: is the "
+                                      "difference from the fastest distinguishable from noise; comm_path = "
                                       "what the backend's communication used (NCCL logs, or the manifest)."))
     return sec
 
@@ -379,6 +469,11 @@ def _study_batch(ctx: _Context) -> Section:
     if t["batch_size"].nunique() >= 2:
         sec.figures.append(("batch_size", P.plot_batch_size(t)))
         sec.tables.append(("batch_size", t, "One rank."))
+        one = pr[pr["n_ranks"] == 1]
+        cmp = M.compare_groups(one, axis="batch_size", keys=("config_backend", "n_ranks"))
+        if len(cmp):
+            sec.tables.append(("batch_size_compare", cmp, "Time per sample of each batch size against the "
+                                                          "smallest, one rank: ratio, 95 % interval, verdict."))
         got = True
     else:
         sec.notes.append("Only one batch size was run on one rank: no epoch-time curve.")
@@ -569,6 +664,10 @@ def _study_clusters(ctx: _Context) -> Section:
             if c in pr.columns]
     sec.tables.append(("clusters_what_differs", pr[[axis, *[c for c in what if c != axis]]].drop_duplicates()
                        .sort_values(axis).reset_index(drop=True), f"What each {axis} is, as recorded."))
+    cmp = M.compare_groups(pr, axis=axis, keys=("config_backend", "batch_size", "n_ranks"))
+    if len(cmp):
+        sec.tables.append(("clusters_compare", cmp, f"Time per sample of each {axis} against {first} on the same "
+                                                    "configuration: ratio, 95 % interval, verdict."))
     try:
         own = M.scaling_table(pr, baseline="none", by=by)
         sec.tables.append(("clusters_own_baseline", own, f"Each {axis} against its own one-process run."))
@@ -599,10 +698,14 @@ def _clusters_usage(ctx: _Context, sec: Section, axis: str) -> None:
 def _study_strong_weak(ctx: _Context) -> Section:
     sec = Section(intro="Strong scaling keeps the dataset fixed, so the ideal epoch time falls as T(n0)·n0/n; weak "
                   "scaling (scalescope sweep --scaling weak) grows the dataset with the ranks, so the ideal epoch "
-                  "time stays T(n0). Efficiency is measured against each mode's own ideal.")
+                  "time stays T(n0). Speedup (the throughput ratio) and efficiency are the same numbers as in the "
+                  "Summary in both modes; only the ideal epoch time differs.")
     pr = ctx.per_run
+    mode, warn = _mode(ctx)
+    sec.notes.extend(f"Warning: {w}" for w in warn)
     if "scaling" not in pr.columns or (pr["scaling"] == "weak").sum() == 0:
-        raise Skip("no weak-scaling runs (scalescope sweep --scaling weak)")
+        raise Skip("no weak-scaling runs (scalescope sweep --scaling weak); the runs did "
+                   + _MODE_WORDS.get(mode, mode))
     try:
         t = M.strong_weak_table(pr)
     except ScalescopeError as exc:

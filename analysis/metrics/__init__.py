@@ -28,6 +28,7 @@ from analysis.metrics.breakdown import (
     warmup_summary,
 )
 from analysis.metrics.gap import explain_loss, rank_step_parts, scaling_loss
+from analysis.metrics.measures import measure_runs, scaling_mode, select_baseline, step_table
 from analysis.metrics.memory import compute_update_breakdown, peak_memory
 from analysis.metrics.model import (
     fit_alpha_beta,
@@ -38,6 +39,7 @@ from analysis.metrics.model import (
 )
 from analysis.metrics.overhead import framework_overhead
 from analysis.metrics.scaling import (
+    compare_groups,
     epoch_times,
     fit_speedup,
     node_boundaries,
@@ -69,6 +71,7 @@ __all__ = [
     "batch_size_epoch_time",
     "batch_speedup",
     "breakdown_by_ranks",
+    "compare_groups",
     "compute_update_breakdown",
     "ddp_comm_overlap",
     "device_usage",
@@ -87,6 +90,7 @@ __all__ = [
     "idle_devices",
     "input_size_table",
     "lr_rule_curves",
+    "measure_runs",
     "memory_limit",
     "negotiation_stragglers",
     "node_boundaries",
@@ -101,8 +105,11 @@ __all__ = [
     "run_summary",
     "scaled_learning_rate",
     "scaling_loss",
+    "scaling_mode",
     "scaling_table",
+    "select_baseline",
     "size_axes",
+    "step_table",
     "step_times",
     "straggler_summary",
     "strong_weak_table",

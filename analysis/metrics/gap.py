@@ -186,7 +186,8 @@ def scaling_loss(
         raise ScalescopeError(f"mode must be 'auto', 'strong' or 'weak', not {mode!r}")
     # machines are configurations of their own, each against its own baseline
     axes = [c for c in MACHINE_AXES if c in runs and c not in by and runs[c].nunique(dropna=True) > 1]
-    by = [*by, *axes] + (["inject"] if "inject" in runs and "inject" not in by else [])
+    injected = "inject" in runs and runs["inject"].notna().any()
+    by = [*by, *axes] + (["inject"] if injected and "inject" not in by else [])
     if baseline == "none":
         match = [*match, *(c for c in axes if c not in match)]
     notes: list[str] = []

@@ -156,7 +156,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "n_steps", "n_partial_steps", "n_warmup_steps", "step_s", "data_s", "compute_s", "exposed_s",
     "straggler_s", "other_s", "sync_total_s", "time_per_sample_s", "throughput_samples_per_s", "data_frac",
     "sync_exposed_frac", "outlier", "contention", "contention_evidence", "rank_cpu_pct", "host_cpus",
-    "ranks_per_host",
+    "ranks_per_host", "slowest_counts",
 )
 
 
@@ -397,6 +397,66 @@ def scaling_table(
                 row[c] = float(g[num].mean() / g["step_s"].mean())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def compare_groups(
+    per_run: pd.DataFrame,
+    *,
+    axis: str,
+    keys: Sequence[str] = ("config_backend", "batch_size", "n_ranks"),
+    reference: object = None,
+    confidence: float = CONFIDENCE,
+) -> pd.DataFrame:
+    """Each value of ``axis`` against a reference value on the same configuration: the
+    ratio of mean times per sample with its interval and a verdict.
+
+    Parameters
+    ----------
+    per_run
+        :func:`run_summary` (``time_per_sample_s``), or epoch times.
+    axis
+        What is compared: ``partition``, ``batch_size``, ``config_backend``, a ``vary_*`` or
+        ``label_*`` column (an A/A test: the same configuration under two labels).
+    keys
+        Columns that must be equal for two runs to be compared (``axis`` left out).
+    reference
+        The axis value every other is compared with; default the first in sort order.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per ``keys`` and ``axis`` value: ``n_runs`` (outliers left out),
+        ``time_per_sample_s`` (mean), ``relative_time`` (t̄ / t̄ of the reference) with
+        ``relative_time_ci_low``/``_ci_high``, ``relative_time_verdict`` (against 1; None on
+        the reference row) and ``repeats_for_5pct``.
+    """
+    from analysis.metrics.stats import pooled_repeats, ratio, verdict
+
+    keys = [k for k in keys if k != axis]
+    require_columns(per_run, (axis, "n_ranks", *keys), "compare_groups")
+    pr = per_run.reset_index(drop=True)
+    pr["_t"] = _unit_time(pr, "strong") if ("time_per_sample_s" in pr or "samples_per_epoch" in pr) \
+        else pr["epoch_time_s"].astype(float)
+    pr = pr[_used(pr, [*keys, axis], pr["_t"]).isna().to_numpy() & pr["_t"].notna().to_numpy()]
+    rows = []
+    for key, g in pr.groupby(keys, sort=True, dropna=False) if keys else [((), pr)]:
+        key = key if isinstance(key, tuple) else (key,)
+        values = sorted(g[axis].dropna().unique().tolist(), key=str)
+        if len(values) < 2:
+            continue
+        ref = reference if reference is not None and reference in values else values[0]
+        r0 = g[g[axis] == ref]
+        for v in values:
+            gv = g[g[axis] == v]
+            est, lo, hi = ratio(gv["_t"], r0["_t"], same=v == ref, confidence=confidence)
+            rows.append({**dict(zip(keys, key, strict=True)), axis: v, "reference": v == ref, "n_runs": len(gv),
+                         "time_per_sample_s": float(gv["_t"].mean()), "relative_time": est,
+                         "relative_time_ci_low": lo, "relative_time_ci_high": hi,
+                         "relative_time_verdict": None if v == ref else verdict(lo, hi, 1.0),
+                         "repeats_for_5pct": pooled_repeats(gv["_t"], r0["_t"])})
+    return pd.DataFrame(rows, columns=[*keys, axis, "reference", "n_runs", "time_per_sample_s", "relative_time",
+                                       "relative_time_ci_low", "relative_time_ci_high", "relative_time_verdict",
+                                       "repeats_for_5pct"])
 
 
 def fit_speedup(
