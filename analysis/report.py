@@ -97,7 +97,10 @@ def _config_by(ctx: _Context) -> tuple[str, ...]:
     which the runs differ, backend, batch size, and an injected delay where runs have one."""
     pr = ctx.per_run
     inject = ("inject",) if "inject" in pr.columns and pr["inject"].notna().any() else ()
-    return (*_axes(ctx), "config_backend", "batch_size", *inject)
+    # a swept script option (--vary) makes configurations of its own; inject has its column
+    swept = tuple(c for c in pr.columns if str(c).startswith("vary_") and c != "vary_inject"
+                  and pr[c].nunique(dropna=True) >= 2)
+    return (*_axes(ctx), "config_backend", "batch_size", *inject, *swept)
 
 
 def _scaling(ctx: _Context) -> tuple[pd.DataFrame, str]:

@@ -22,8 +22,7 @@ from analysis.metrics.stats import flag_outliers
 #: Per-step parts (s) every run measure is a mean of.
 PARTS: tuple[str, ...] = ("step_s", "data_s", "compute_s", "exposed_s", "straggler_s", "other_s", "sync_total_s")
 #: Columns that make two runs repeats of one configuration (with ``n_ranks``), where present.
-CONFIG_COLUMNS: tuple[str, ...] = ("experiment", "cluster", "partition", "gpu_model", "config_backend", "batch_size",
-                                   "inject")
+CONFIG_COLUMNS: tuple[str, ...] = ("cluster", "partition", "gpu_model", "config_backend", "batch_size", "inject")
 #: Tolerance when telling strong from weak scaling by the samples per epoch.
 MODE_TOL = 0.05
 
@@ -167,8 +166,11 @@ def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def config_columns(runs: pd.DataFrame, extra: Sequence[str] = ()) -> list[str]:
-    """The :data:`CONFIG_COLUMNS` (and ``extra``) the runs table has, the repeat grouping."""
-    return [c for c in dict.fromkeys([*CONFIG_COLUMNS, *extra]) if c in runs.columns]
+    """The :data:`CONFIG_COLUMNS`, every ``vary_*`` and ``label_*`` column (a swept script
+    option makes configurations too) and ``extra`` that the runs table has: the repeat
+    grouping."""
+    swept = [c for c in runs.columns if str(c).startswith(("vary_", "label_"))]
+    return [c for c in dict.fromkeys([*CONFIG_COLUMNS, *swept, *extra]) if c in runs.columns]
 
 
 def outliers(per_run: pd.DataFrame, *, value: str = "time_per_sample_s",

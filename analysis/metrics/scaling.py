@@ -119,13 +119,15 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
         ``compute_s``, ``exposed_s``, ``straggler_s``, ``other_s``, ``sync_total_s``,
         ``time_per_sample_s``, ``data_frac``, ``sync_exposed_frac``, ``outlier``,
         ``contention``, ``contention_evidence``; there ``throughput_samples_per_s`` is the
-        step-based one (n_ranks · batch_size / step_s). Runs without epoch metrics are
-        left out.
+        step-based one (n_ranks · batch_size / step_s). Runs with neither epoch metrics nor
+        step records are left out.
     """
     runs = runset.usable_runs()
     extra = [c for c in runs.columns if c.startswith(("vary_", "label_"))]
     meta = runs[[c for c in RUN_META if c in runs.columns] + extra]
-    times = epoch_times(runset.epochs, warmup_epochs=warmup_epochs)
+    epochs = runset.epochs
+    times = epoch_times(epochs, warmup_epochs=warmup_epochs) if len(epochs) else epoch_times(
+        pd.DataFrame(columns=["run_id", "rank", "epoch", "epoch_time_s", "samples"]))
     out = meta.merge(times, on="run_id", how="inner").reset_index(drop=True)
     if measured is None and steps:
         from analysis.metrics.measures import measure_runs
@@ -138,7 +140,11 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
         return out
     keep = [c for c in STEP_COLUMNS if c in measured.columns]
     m = measured[keep].assign(run_id=measured["run_id"].astype(object))
-    out = out.assign(run_id=out["run_id"].astype(object)).merge(m, on="run_id", how="left", suffixes=("", "_steps"))
+    # runs without epoch metrics (fixed iterations, no dataset) are kept by their steps
+    out = meta.assign(run_id=meta["run_id"].astype(object)).merge(
+        times.assign(run_id=times["run_id"].astype(object)), on="run_id", how="left")
+    out = out.merge(m, on="run_id", how="left", suffixes=("", "_steps"))
+    out = out[out["epoch_time_s"].notna() | out["time_per_sample_s"].notna()].reset_index(drop=True)
     has = out["time_per_sample_s"].notna()
     out.loc[has, "throughput_samples_per_s"] = out.loc[has, "throughput_samples_per_s_steps"]
     return out.drop(columns=["throughput_samples_per_s_steps"])
