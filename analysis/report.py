@@ -792,6 +792,21 @@ def _render(context: dict) -> str:
     return env.get_template(TEMPLATE).render(**context)
 
 
+def _own_warnings(sec: Section, caught: list, first: int) -> None:
+    """Warnings a study's own analysis raised (not the data reading it triggered) become notes
+    of that study instead of report-level warnings."""
+    def own(w) -> bool:
+        path = Path(str(w.filename))
+        return path.parent.name == "metrics" or path.name == "report.py"
+
+    mine = [w for w in caught[first:] if issubclass(w.category, UserWarning) and own(w)]
+    for w in mine:
+        caught.remove(w)
+        note = f"Warning: {w.message}"
+        if note not in sec.notes:
+            sec.notes.append(note)
+
+
 def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str | Path | None = None, *,
                  static: bool = True) -> Path:
     """Build the HTML report of an experiment and its ``export/`` folder.
@@ -834,6 +849,7 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
         ctx = _Context(rs, events, events_error, per_run)
         sections: list[Section] = []
         for key, title, study in STUDIES:
+            first = len(caught)
             try:
                 sec = study(ctx)
             except Skip as exc:
@@ -842,6 +858,7 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
                 sec = Section(key, title, skipped=f"failed with {type(exc).__name__}: {exc}",
                               notes=[traceback.format_exc(limit=3)])
             sec.key, sec.title = key, title
+            _own_warnings(sec, caught, first)
             sections.append(sec)
         damaged = rs.damaged  # after the studies loaded the data: load-time damage included
     data_warnings = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})

@@ -183,9 +183,13 @@ def _unit_time(per_run: pd.DataFrame, mode: str) -> pd.Series:
     t = per_run["time_per_sample_s"].astype(float) if "time_per_sample_s" in per_run else pd.Series(np.nan, per_run.index)
     if "samples_per_epoch" in per_run:
         t = t.fillna(n * per_run["epoch_time_s"].astype(float) / per_run["samples_per_epoch"].astype(float))
+    if not t.isna().any():
+        return t
     weak = pd.Series(_row_modes(per_run, mode) == "weak", index=per_run.index)
-    alt = np.where(weak, n / per_run["throughput_samples_per_s"].astype(float), n * per_run["epoch_time_s"].astype(float))
-    return t.fillna(pd.Series(alt, index=per_run.index))
+    nan = pd.Series(np.nan, index=per_run.index)
+    x = per_run["throughput_samples_per_s"].astype(float) if "throughput_samples_per_s" in per_run else nan
+    e = per_run["epoch_time_s"].astype(float) if "epoch_time_s" in per_run else nan
+    return t.fillna(pd.Series(np.where(weak, n / x, n * e), index=per_run.index))
 
 
 def _used(per_run: pd.DataFrame, by: Sequence[str], t: pd.Series) -> pd.Series:
