@@ -706,6 +706,12 @@ def _study_strong_weak(ctx: _Context) -> Section:
     pr = ctx.per_run
     mode, warn = _mode(ctx)
     sec.notes.extend(f"Warning: {w}" for w in warn)
+    if "scaling" in pr.columns:
+        modes, _ = M.scaling_mode(_runs(ctx), ctx.rs.epochs, by=("config_backend", "batch_size"))
+        done = pd.Series([modes.get((b, s)) for b, s in zip(pr["config_backend"], pr["batch_size"], strict=True)],
+                         index=pr.index)
+        # every study uses the mode the runs did: the detected one where it is strong or weak
+        pr = pr.assign(scaling=done.where(done.isin(["strong", "weak"]), pr["scaling"]))
     if "scaling" not in pr.columns or (pr["scaling"] == "weak").sum() == 0:
         raise Skip("no weak-scaling runs (scalescope sweep --scaling weak); the runs did "
                    + _MODE_WORDS.get(mode, mode))

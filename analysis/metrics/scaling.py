@@ -430,7 +430,8 @@ def compare_groups(
     keys
         Columns that must be equal for two runs to be compared (``axis`` left out).
     reference
-        The axis value every other is compared with; default the first in sort order.
+        The axis value every other is compared with; default the first in sort order (the
+        smallest batch size).
 
     Returns
     -------
@@ -451,7 +452,11 @@ def compare_groups(
     rows = []
     for key, g in pr.groupby(keys, sort=True, dropna=False) if keys else [((), pr)]:
         key = key if isinstance(key, tuple) else (key,)
-        values = sorted(g[axis].dropna().unique().tolist(), key=str)
+        values = g[axis].dropna().unique().tolist()
+        try:
+            values = sorted(values)
+        except TypeError:
+            values = sorted(values, key=str)
         if len(values) < 2:
             continue
         ref = reference if reference is not None and reference in values else values[0]
