@@ -219,7 +219,7 @@ def _loss(ctx: _Context) -> tuple[pd.DataFrame, str]:
         measured = pr[pr["time_per_sample_s"].notna()] if "time_per_sample_s" in pr else None
         if measured is not None and measured.empty:
             measured = None
-        kw = {"by": ("config_backend", "batch_size", *_axes(ctx)), "epochs": ctx.rs.epochs,
+        kw = {"by": tuple(c for c in _config_by(ctx) if c != "inject"), "epochs": ctx.rs.epochs,
               "measured": measured}
         try:
             return M.scaling_loss(ev, runs, **kw), "the one-process run without a framework"

@@ -374,10 +374,10 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
     """
     require_columns(loss, ("n_ranks", "efficiency", "gap_s", *CAUSES), "explain_loss")
     out = []
-    for r in loss[loss["n_ranks"] > 1].itertuples(index=False):
-        d = r._asdict()
+    for d in loss[loss["n_ranks"] > 1].to_dict("records"):
         name = str(d.get("config_backend", "the configuration"))
-        extra = [(f"batch {d[c]}" if c == "batch_size" else f"{c} {d[c]}") for c in label
+        cols = [*label, *(c for c in d if str(c).startswith("vary_") and c not in label)]
+        extra = [(f"batch {d[c]}" if c == "batch_size" else f"{str(c).removeprefix('vary_')} {d[c]}") for c in cols
                  if c != "config_backend" and c in d and pd.notna(d[c])]
         if pd.notna(d.get("inject")) and d.get("inject"):
             extra.append(f"injected {d['inject']}")

@@ -53,7 +53,8 @@ def _wall_time_per_sample(rs, run_id):
         kept, on=["rank", "epoch", "step"], how="inner")
     per_rank = w.groupby("rank").size()
     span = w.groupby("rank")["step_end_ns"].max() - w.groupby("rank")["step_start_ns"].min()
-    return float((span / per_rank).max()) / 1e9 / 64
+    batch = float(rs.usable_runs().set_index("run_id").loc[run_id, "batch_size"])
+    return float((span / per_rank).max()) / 1e9 / batch
 
 
 def test_efficiency_is_the_throughput_ratio_in_every_study(tables):
