@@ -72,11 +72,15 @@ def _runs(ctx: _Context) -> pd.DataFrame:
 
 
 def _breakdown(ctx: _Context) -> pd.DataFrame:
+    """The step breakdown of the kept full steps (the unit of every study, docs/metrics.md)."""
     def make():
-        b = M.time_breakdown(ctx.need_events(), level="run")
+        ev = ctx.need_events()
+        b = M.time_breakdown(ev, level="step")
         if b.empty:
             raise Skip("no run has training-phase records (kind 'phase') in its traces")
-        return b
+        st = M.step_table(ev, runs=_runs(ctx), epochs=ctx.rs.epochs)
+        full = st.loc[st["full"], ["run_id", "rank", "epoch", "step"]]
+        return b.merge(full, on=["run_id", "rank", "epoch", "step"], how="inner")
 
     return ctx.memo("breakdown", make)
 
@@ -278,8 +282,9 @@ def _study_breakdown(ctx: _Context) -> Section:
                   "in the step time, measured as unions of intervals (overlaps counted once).")
     b = _breakdown_by_ranks(ctx)
     sec.figures.append(("breakdown", P.plot_breakdown(b)))
-    sec.tables.append(("breakdown_by_ranks", b, "Pooled over ranks, repeats and batch sizes (the summary "
-                                                "table has them per batch size); times are per step."))
+    sec.tables.append(("breakdown_by_ranks", b, "Full steps after warm-up, pooled over ranks, repeats and batch "
+                                                "sizes (the summary table has them per batch size); times are "
+                                                "per step."))
     per_rank = M.time_breakdown(ctx.need_events(), level="rank")
     sec.tables.append(("breakdown_per_rank", per_rank, "Per run and rank."))
     ev = ctx.need_events()
