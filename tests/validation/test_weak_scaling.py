@@ -64,15 +64,18 @@ def test_efficiency_is_the_throughput_ratio_in_every_study(tables):
     wall = {rid: _wall_time_per_sample(rs, rid) for rid in runs.index}
     # per run, the step windows account for the wall clock of the kept steps
     for rid, t in wall.items():
-        assert pr.loc[rid, "time_per_sample_s"] == pytest.approx(t, rel=0.10), (rid, pr.loc[rid, "time_per_sample_s"], t)
-    base = [wall[r] for r in runs.index[runs["framework"] == "none"]]
-    two = [wall[r] for r in runs.index[(runs["framework"] == "ddp") & (runs["n_ranks"] == 2)]]
+        assert pr.loc[rid, "time_per_sample_s"] == pytest.approx(t, rel=0.05), (rid, pr.loc[rid, "time_per_sample_s"], t)
+    used = pr["outlier"].isna()  # the same repeats as the headline (an outlier repeat is left out)
+    base = [wall[r] for r in runs.index[(runs["framework"] == "none") & used.reindex(runs.index)]]
+    two = [wall[r] for r in runs.index[(runs["framework"] == "ddp") & (runs["n_ranks"] == 2)
+                                       & used.reindex(runs.index)]]
     ratio = np.mean(base) / np.mean(two)  # X(2) / (2 X(1)), the same summarisation (mean of times)
     s = summary.set_index(["config_backend", "n_ranks"]).loc[("ddp-gloo", 2)]
     w = loss.set_index(["config_backend", "n_ranks"]).loc[("ddp-gloo", 2)]
     assert s["efficiency_frac"] == pytest.approx(w["efficiency"], rel=1e-12)
     assert s["speedup"] == pytest.approx(w["speedup"], rel=1e-12)
-    assert s["efficiency_frac"] == pytest.approx(ratio, rel=0.10), (s["efficiency_frac"], ratio)
+    assert s["efficiency_frac"] == pytest.approx(ratio, rel=0.05), (s["efficiency_frac"], ratio, pr["outlier"])
+    print(summary.to_string(), pr[["time_per_sample_s", "outlier"]].to_string(), sep="\n")  # benchmarks/README.md
 
 
 def test_report_gives_one_efficiency(exp, tmp_path):
