@@ -293,7 +293,8 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
         return np.array([vals[c] for c in cols])
 
     values = [s[parts].astype(float).to_numpy() for s in sides]
-    est, lo, hi = delta_interval(fn, values, confidence=confidence)
+    ratios = [c in ("efficiency", "speedup", "time_per_sample_s", "throughput_samples_per_s") for c in cols]
+    est, lo, hi = delta_interval(fn, values, confidence=confidence, log=ratios)
     row = {**cfg, "n_ranks": n, "n_runs": len(g), "n_outliers": len(g_all) - len(g),
            "outliers": "; ".join(f"{r}: {why}" for r, why in g_all.loc[g_all["outlier"].notna(),
                                                                      ["run_id", "outlier"]].itertuples(index=False))

@@ -388,7 +388,8 @@ def scaling_table(
             return np.array([eff * n / n0, eff])
 
         base_t = base["_t"].to_numpy(float)[:, None] if len(base) else np.array([[t0]])
-        est, lo, hi = delta_interval(fn, [base_t, g["_t"].to_numpy(float)[:, None]], confidence=confidence)
+        est, lo, hi = delta_interval(fn, [base_t, g["_t"].to_numpy(float)[:, None]], confidence=confidence,
+                                     log=True)
         same = set(base.index) == set(g.index)
         if same:  # the baseline is this row itself: exactly 1, no interval needed
             est, lo, hi = np.array([n / n0, 1.0]), np.array([n / n0, 1.0]), np.array([n / n0, 1.0])

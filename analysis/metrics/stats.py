@@ -56,6 +56,7 @@ def delta_interval(
     *,
     confidence: float = CONFIDENCE,
     min_repeats: int = MIN_REPEATS,
+    log: bool | Sequence[bool] = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Estimate and interval of ``fn(side means)`` for every output of ``fn``.
 
@@ -65,6 +66,10 @@ def delta_interval(
         Maps the list of side mean vectors to a 1-d array of outputs.
     sides
         Per side, its runs' values (runs × quantities); sides are independent run sets.
+    log
+        Outputs that are positive ratios (efficiency, speedup, a relative time): their
+        interval is taken on the log scale and transformed back, so it stays positive and
+        is asymmetric as a ratio's is (True for every output, or one flag per output).
 
     Returns
     -------
@@ -81,6 +86,16 @@ def delta_interval(
     """
     stats = [side_stats(s) for s in sides]
     means = [m for m, _, _ in stats]
+    raw = np.atleast_1d(np.asarray(fn(means), dtype=float))
+    logs = np.broadcast_to(np.asarray(log, dtype=bool), raw.shape) & (raw > 0)
+    if logs.any():
+        inner = fn
+
+        def fn(m, inner=inner):
+            v = np.atleast_1d(np.asarray(inner(m), dtype=float))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(logs, np.log(np.where(logs, v, 1.0)), v)
+
     est = np.atleast_1d(np.asarray(fn(means), dtype=float))
     var_parts = np.zeros((len(sides), est.size))
     depends = np.zeros((len(sides), est.size), dtype=bool)
@@ -113,6 +128,8 @@ def delta_interval(
         df = total**2 / float((v**2 / (ks[used] - 1)).sum())
         half = float(_st.t.ppf((1 + confidence) / 2, df)) * np.sqrt(total)
         low[q], high[q] = est[q] - half, est[q] + half
+    if logs.any():
+        est, low, high = (np.where(logs, np.exp(x), x) for x in (est, low, high))
     return est, low, high
 
 
@@ -206,7 +223,7 @@ def ratio(num: Sequence[float], den: Sequence[float], *, confidence: float = CON
         return 1.0, 1.0, 1.0
     est, lo, hi = delta_interval(lambda m: np.array([m[0][0] / m[1][0]]),
                                  [np.asarray(num, float)[:, None], np.asarray(den, float)[:, None]],
-                                 confidence=confidence)
+                                 confidence=confidence, log=True)
     return float(est[0]), float(lo[0]), float(hi[0])
 
 

@@ -42,11 +42,14 @@ def test_ratio_interval_includes_the_baselines_variance():
     _, lo1, hi1 = ratio(num, den_fixed)
     _, lo2, hi2 = ratio(num, den_noisy)
     assert hi2 - lo2 > hi1 - lo1  # the baseline's spread widens the interval
-    # delta method for r = mean(num)/mean(den) = 2: the numerator's part var(num)/3 / 1², the
-    # denominator's (2/1)² var(den)/3; Welch-Satterthwaite degrees of freedom
-    v_num, v_den = np.var(num, ddof=1) / 3, 4 * np.var(den_noisy, ddof=1) / 3
+    # delta method on log r = log mean(num) - log mean(den), r = 2: var(num)/3 / 2² and
+    # var(den)/3 / 1², Welch-Satterthwaite degrees of freedom, back-transformed (positive,
+    # asymmetric like a ratio's interval)
+    v_num, v_den = np.var(num, ddof=1) / 3 / 4, np.var(den_noisy, ddof=1) / 3
     df = (v_num + v_den) ** 2 / (v_num**2 / 2 + v_den**2 / 2)
-    assert (hi2 - lo2) / 2 == pytest.approx(st.t.ppf(0.975, df) * np.sqrt(v_num + v_den), rel=1e-4)
+    half = st.t.ppf(0.975, df) * np.sqrt(v_num + v_den)
+    assert (lo2, hi2) == pytest.approx((2 * np.exp(-half), 2 * np.exp(half)), rel=1e-5)
+    assert lo2 > 0
     assert ratio([1.0, 2.0], [1.0, 1.0, 1.0])[1] != ratio([1.0, 2.0], [1.0, 1.0, 1.0])[1]  # NaN: fewer than 3
     assert ratio([1.0], [1.0], same=True) == (1.0, 1.0, 1.0)
 
