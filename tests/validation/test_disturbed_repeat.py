@@ -1,5 +1,5 @@
-"""A disturbed repeat: three busy-looping processes run beside one of four repeats of DDP at
-one rank (the machine has fewer cores than that). The repeat must be flagged by name as an
+"""A disturbed repeat: busy-looping processes (four per core) run beside one of four repeats
+of DDP at one rank. The repeat must be flagged by name as an
 outlier, and the headline efficiency must move by less than its interval: with the flagged
 repeat left out it is the clean repeats' number."""
 
@@ -32,7 +32,7 @@ def _sweep_with_hog(out, data):
         for line in p.stdout:
             lines.append(line)
             if f"] {DISTURBED} ..." in line:
-                hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(3)]
+                hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(4 * (os.cpu_count() or 2))]
             elif f"] {DISTURBED}:" in line:
                 for h in hogs:
                     h.kill()
