@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns
 from analysis.metrics.breakdown import WARMUP, step_times, time_breakdown, warmup_steps
 from analysis.metrics.stats import flag_outliers
@@ -342,8 +343,6 @@ def select_baseline(table: pd.DataFrame, group: pd.DataFrame, baseline: object, 
     ``{column: value}``: the rows with those values, sharing the ``match`` columns the
     mapping does not name, except the ``placement`` axes (one baseline for every partition).
     """
-    from analysis.errors import ScalescopeError
-
     def same(cand: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
         for col in cols:
             if col not in group or col not in cand:

@@ -15,7 +15,7 @@ rules") says how the report uses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -208,11 +208,6 @@ def flag_outliers(values: pd.Series, groups: pd.DataFrame | None = None) -> pd.S
             for i in v.index[bad]:
                 out.loc[i] = f"{v.loc[i] / m:.2f}× the median of its {len(v)} repeats"
     return out
-
-
-def group_mean(frame: pd.DataFrame, cols: Sequence[str]) -> Mapping[str, float]:
-    """Mean over the rows (runs) of each column: the summarisation of every side."""
-    return {c: float(frame[c].astype(float).mean()) for c in cols}
 
 
 def ratio(num: Sequence[float], den: Sequence[float], *, confidence: float = CONFIDENCE,
