@@ -262,7 +262,8 @@ def cpu_contention(runs: pd.DataFrame, samples: pd.DataFrame | None) -> pd.DataF
         median sampled CPU, 100 % = one core), ``share_pct`` (100 · host_cpus /
         ranks_per_host), ``oversubscribed`` (ranks × (threads + framework threads) >
         cores), ``over_share`` (a rank's CPU above 110 % of its share), ``contention`` (either)
-        and ``evidence`` (a sentence, None without contention).
+        and ``evidence`` (a sentence, None without contention; it says so when the runs
+        table's ``threads_mixed`` marks ranks with different thread settings).
     """
     r = runs.assign(run_id=runs["run_id"].astype(object))
     rows = []
@@ -299,6 +300,9 @@ def cpu_contention(runs: pd.DataFrame, samples: pd.DataFrame | None) -> pd.DataF
             ev.append(f"{per_host} ranks × {threads + fw_threads} threads on {cpus} cores")
         if above:
             ev.append(f"a rank at {max_pct:.0f} % CPU against its share of {share:.0f} %")
+        mixed = d.get("threads_mixed")
+        if ev and mixed is not None and pd.notna(mixed) and bool(mixed):
+            ev.append("thread settings differ between ranks (the most is counted)")
         rows.append({"run_id": d["run_id"], "host_cpus": cpus, "ranks_per_host": per_host,
                      "threads_per_rank": threads, "framework_threads": fw_threads, "rank_cpu_pct": rank_pct,
                      "share_pct": share, "oversubscribed": over, "over_share": above,
