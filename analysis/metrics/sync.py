@@ -149,8 +149,10 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
                                       "syncs_per_epoch", "sync_per_epoch_s", "exposed_mean_s", "exposed_sum_s",
                                       "exposed_per_epoch_s", "exposed_frac_of_total"])
     if runs is not None:
+        # placement columns only where recorded (no empty columns posing as data)
         meta = [c for c in ("run_id", "framework", "backend", "config_backend", "n_ranks", "n_nodes",
-                            "batch_size", "repeat", "cluster", "partition", "gpu_model") if c in runs.columns]
+                            "batch_size", "repeat", "cluster", "partition", "gpu_model") if c in runs.columns
+                and (c not in ("cluster", "partition", "gpu_model") or runs[c].notna().any())]
         out = runs[meta].merge(out, on="run_id", how="inner")
     return out
 
