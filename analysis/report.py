@@ -508,7 +508,8 @@ def _batch_reference(ctx: _Context, sec: Section) -> None:
     sp = M.batch_speedup(pr, reference_batch=REFERENCE_BATCH)
     if sp["speedup"].notna().any() and sp["batch_size"].nunique() >= 2:
         sec.figures.append(("batch_speedup", P.plot_batch_speedup(sp)))
-        sec.tables.append(("batch_speedup", sp, f"Speedup = T(batch {REFERENCE_BATCH}) / T(batch), one rank."))
+        sec.tables.append(("batch_speedup", sp, f"Speedup = time per sample at batch {REFERENCE_BATCH} / at the "
+                                                "batch (means over repeats), one rank; epoch times as recorded."))
     epochs = ctx.rs.epochs
     if not (len(epochs) and epochs["val_loss"].notna().any()):
         sec.notes.append("No validation loss recorded: no learning-rate curves.")
