@@ -197,8 +197,8 @@ def _summary(ctx: _Context) -> Section:
     table, base = _scaling(ctx)
     by = list(_config_by(ctx))
     cols = [*by, "n_ranks", "n_nodes", "n_runs", "n_outliers", "time_per_sample_s", "throughput_samples_per_s",
-            "speedup", "speedup_ci_low", "speedup_ci_high", "efficiency_frac", "efficiency_ci_low_frac",
-            "efficiency_ci_high_frac", "efficiency_verdict", "sync_exposed_frac", "data_frac", "repeats_for_5pct"]
+            "speedup", "speedup_ci_low", "speedup_ci_high", "efficiency_frac", "efficiency_frac_ci_low",
+            "efficiency_frac_ci_high", "efficiency_frac_verdict", "sync_exposed_frac", "data_frac", "repeats_for_5pct"]
     t = table[[c for c in cols if c in table.columns]]
     if "n_outliers" in t and not t["n_outliers"].any():
         t = t.drop(columns=["n_outliers"])
@@ -206,10 +206,10 @@ def _summary(ctx: _Context) -> Section:
     for r in table.dropna(subset=["outliers"]).itertuples() if "outliers" in table else []:
         sec.notes.append(f"Outlier repeat(s) left out of {r.config_backend} at {int(r.n_ranks)} rank(s): {r.outliers}.")
     sec.tables.append(("summary", t, "Speedup and efficiency: means over repeats against the base case; "
-                                     "efficiency_verdict: is the loss against ideal distinguishable from "
+                                     "efficiency_frac_verdict: is the loss against ideal distinguishable from "
                                      "run-to-run noise; repeats_for_5pct: repeats per side that would resolve a "
                                      "5 % difference."))
-    if "efficiency_ci_low_frac" in table and table["efficiency_ci_low_frac"].isna().any():
+    if "efficiency_frac_ci_low" in table and table["efficiency_frac_ci_low"].isna().any():
         sec.notes.append("Some rows have fewer than 3 repeats on a side: no interval can be given; each run's own "
                          "numbers are listed below instead.")
         sec.tables.append(("summary_runs", _runs_table(ctx), "Each run against the base case's mean."))
@@ -265,7 +265,7 @@ def _study_why(ctx: _Context) -> Section:
     t = t[[c for c in t.columns if not (t[c].isna().all() and c in ("outliers", "slowest_tied",
                                                                      "contention_evidence"))]]
     sec.tables.append(("why_not_ideal", t, "Seconds per full step; causes sum to gap_s; efficiency = "
-                                           "ideal_step_s / measured_step_s; X_verdict: the cause against 0 "
+                                           "ideal_step_s / measured_step_s; X_verdict: cause X against 0 "
                                            "(efficiency: against 1)."))
     w = M.warmup_summary(ctx.need_events())
     if len(w):
@@ -368,7 +368,7 @@ def _study_overhead(ctx: _Context) -> Section:
     if t.empty:
         raise Skip("no one-rank framework run has a baseline with the same batch size")
     sec.figures.append(("overhead", P.plot_overhead(t)))
-    sec.tables.append(("overhead", t, "overhead_verdict: is the overhead distinguishable from 0 (run-to-run "
+    sec.tables.append(("overhead", t, "overhead_frac_verdict: is the overhead distinguishable from 0 (run-to-run "
                                       "noise)."))
     return sec
 

@@ -306,7 +306,7 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
         row[c], row[f"{c}_ci_low"], row[f"{c}_ci_high"] = v, (a if np.isfinite(lo[i]) else np.nan), \
             (z if np.isfinite(hi[i]) else np.nan)
     for c in ("gap_s", *CAUSES):
-        row[f"{c[:-2]}_verdict"] = verdict(row[f"{c}_ci_low"], row[f"{c}_ci_high"])
+        row[f"{c}_verdict"] = verdict(row[f"{c}_ci_low"], row[f"{c}_ci_high"])
     row["efficiency_verdict"] = verdict(row["efficiency_ci_low"], row["efficiency_ci_high"], 1.0)
     gap = row["gap_s"]
     for c in CAUSES:
@@ -394,12 +394,12 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
         if not gap > 0:
             out.append(head + "; its steps are no slower than the baseline's.")
             continue
-        if d.get("gap_verdict") == WITHIN_NOISE:
+        if d.get("gap_s_verdict") == WITHIN_NOISE:
             out.append(f"{head}; the {_ms(gap)} per step it loses is within run-to-run noise.")
             continue
 
         def known(c: str, d: dict = d) -> bool:
-            return d.get(f"{c[:-2]}_verdict") != WITHIN_NOISE
+            return d.get(f"{c}_verdict") != WITHIN_NOISE
 
         added = sum(d[c] for c in CAUSES if d[c] > 0)
         causes = sorted(((d[c] / added, c) for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and known(c)),

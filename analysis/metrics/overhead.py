@@ -44,8 +44,8 @@ def framework_overhead(
         (outliers left out), ``time_per_sample_s`` and ``baseline_time_per_sample_s`` (means
         over repeats; NaN without step measures), ``epoch_time_s`` and
         ``baseline_epoch_time_s`` (as recorded, means), ``overhead_frac`` with
-        ``overhead_ci_low_frac``/``overhead_ci_high_frac``, ``overhead_pct``,
-        ``overhead_verdict`` (against 0) and ``repeats_for_5pct``.
+        ``overhead_frac_ci_low``/``overhead_frac_ci_high``, ``overhead_pct``,
+        ``overhead_frac_verdict`` (against 0) and ``repeats_for_5pct``.
 
     Notes
     -----
@@ -88,12 +88,12 @@ def framework_overhead(
             baseline_time_per_sample_s=float(b["time_per_sample_s"].mean()) if has_t and len(b) else np.nan,
             epoch_time_s=float(g["epoch_time_s"].mean()) if "epoch_time_s" in g else np.nan,
             baseline_epoch_time_s=float(b["epoch_time_s"].mean()) if "epoch_time_s" in b and len(b) else np.nan,
-            overhead_frac=r - 1, overhead_ci_low_frac=lo - 1, overhead_ci_high_frac=hi - 1,
-            overhead_pct=100 * (r - 1), overhead_verdict=verdict(lo - 1, hi - 1),
+            overhead_frac=r - 1, overhead_frac_ci_low=lo - 1, overhead_frac_ci_high=hi - 1,
+            overhead_pct=100 * (r - 1), overhead_frac_verdict=verdict(lo - 1, hi - 1),
             repeats_for_5pct=pooled_repeats(g["_t"], b["_t"]),
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*keys, "n_runs", "n_baseline_runs", "time_per_sample_s",
                                        "baseline_time_per_sample_s", "epoch_time_s", "baseline_epoch_time_s",
-                                       "overhead_frac", "overhead_ci_low_frac", "overhead_ci_high_frac",
-                                       "overhead_pct", "overhead_verdict", "repeats_for_5pct"])
+                                       "overhead_frac", "overhead_frac_ci_low", "overhead_frac_ci_high",
+                                       "overhead_pct", "overhead_frac_verdict", "repeats_for_5pct"])

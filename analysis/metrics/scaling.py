@@ -329,7 +329,7 @@ def scaling_table(
         ``speedup`` and ``efficiency_frac`` (0-1 for linear scaling and below) with
         ``_ci_low``/``_ci_high``, ``speedup_min``/``speedup_max`` and
         ``efficiency_min_frac``/``efficiency_max_frac`` (the individual repeats),
-        ``efficiency_verdict`` (is the loss against ideal, 1, distinguishable from noise)
+        ``efficiency_frac_verdict`` (is the loss against ideal, 1, distinguishable from noise)
         and ``repeats_for_5pct``.
 
     Notes
@@ -396,10 +396,10 @@ def scaling_table(
         row["speedup"], row["speedup_ci_low"], row["speedup_ci_high"] = float(est[0]), float(lo[0]), float(hi[0])
         row["speedup_min"], row["speedup_max"] = float(g["speedup"].min()), float(g["speedup"].max())
         row["efficiency_frac"] = float(est[1])
-        row["efficiency_ci_low_frac"], row["efficiency_ci_high_frac"] = float(lo[1]), float(hi[1])
+        row["efficiency_frac_ci_low"], row["efficiency_frac_ci_high"] = float(lo[1]), float(hi[1])
         row["efficiency_min_frac"] = float(g["efficiency_frac"].min())
         row["efficiency_max_frac"] = float(g["efficiency_frac"].max())
-        row["efficiency_verdict"] = None if same else verdict(lo[1], hi[1], 1.0)
+        row["efficiency_frac_verdict"] = None if same else verdict(lo[1], hi[1], 1.0)
         cvs = [c for c in (run_cv(g["_t"]), run_cv(base["_t"]) if len(base) else np.nan) if np.isfinite(c)]
         row["repeats_for_5pct"] = repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan
         for c in ("data_frac", "sync_exposed_frac"):

@@ -74,7 +74,7 @@ def test_headline_moves_less_than_its_interval(summary):
     reference = M.scaling_table(clean, by=("config_backend", "batch_size"))
     r = robust[robust["config_backend"] == "ddp-gloo"].iloc[0]
     c = reference[reference["config_backend"] == "ddp-gloo"].iloc[0]
-    half = (c["efficiency_ci_high_frac"] - c["efficiency_ci_low_frac"]) / 2
+    half = (c["efficiency_frac_ci_high"] - c["efficiency_frac_ci_low"]) / 2
     print(f"efficiency with the disturbed repeat flagged {r['efficiency_frac']:.3f}, without it "
-          f"{c['efficiency_frac']:.3f} ({c['efficiency_ci_low_frac']:.3f}-{c['efficiency_ci_high_frac']:.3f})")
+          f"{c['efficiency_frac']:.3f} ({c['efficiency_frac_ci_low']:.3f}-{c['efficiency_frac_ci_high']:.3f})")
     assert abs(r["efficiency_frac"] - c["efficiency_frac"]) < half, (r["efficiency_frac"], c["efficiency_frac"], half)

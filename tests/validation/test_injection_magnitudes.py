@@ -73,7 +73,7 @@ def test_recovered_cause_grows_linearly(measured):
 def test_scaling_loss_names_data_and_waiting_as_distinguishable(measured):
     _, loss = measured
     row = loss[(loss["n_ranks"] == 2) & (loss["inject"] == "data:40@1")].iloc[0]
-    assert row["data_verdict"] == DISTINGUISHABLE and row["straggler_verdict"] == DISTINGUISHABLE
+    assert row["data_s_verdict"] == DISTINGUISHABLE and row["straggler_s_verdict"] == DISTINGUISHABLE
     assert row["slowest_rank"] == 1
     (sentence,) = [s for s in M.explain_loss(loss) if "data:40@1" in s]
     assert "data loading" in sentence and "waiting for rank 1" in sentence
