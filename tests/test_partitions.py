@@ -71,6 +71,8 @@ def test_one_baseline_for_every_partition(two):
     pr = M.run_summary(two).assign(partition=lambda d: d["experiment"])  # one partition per experiment
     pr["epoch_time_s"] = pr["epoch_time_s"] * (pr["partition"].map({"alpha": 1.0, "beta": 2.0}))
     pr["throughput_samples_per_s"] = pr["samples_per_epoch"] / pr["epoch_time_s"]
+    # every study compares the time per sample of the steps (docs/metrics.md): slow it too
+    pr["time_per_sample_s"] = pr["time_per_sample_s"] * (pr["partition"].map({"alpha": 1.0, "beta": 2.0}))
     base = {"partition": "alpha", "framework": "none", "n_ranks": 1, "batch_size": 10}
     t = M.scaling_table(pr, baseline=base, by=("partition", "framework"), match=())
     t0 = pr[(pr["partition"] == "alpha") & (pr["framework"] == "none") & (pr["batch_size"] == 10)]

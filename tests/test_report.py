@@ -66,7 +66,14 @@ def test_report_on_hand_built_experiment(exp, tmp_path):
     why = pd.read_csv(tmp_path / "rep" / "export" / "why_not_ideal.csv")
     causes = ["framework_s", "sync_s", "straggler_s", "data_s", "compute_s", "other_s"]
     assert why[causes].sum(axis=1).tolist() == pytest.approx(why["gap_s"].tolist())
-    assert "reaches" in html and "of ideal; of the" in html
+    assert "reaches" in html and "lost per step" in html
+    # one repeat per configuration: no interval, said so, and the individual runs shown instead
+    assert "no interval: 1 repeat(s), fewer than 3" in html
+    assert 'id="table-summary_runs"' in html or "summary_runs" in html
+    # Summary and "Why not ideal?" give one efficiency per configuration and rank count
+    sw = why[why["n_ranks"] > 1].set_index(["config_backend", "n_ranks"])["efficiency"]
+    ss = summary.set_index(["config_backend", "n_ranks"]).loc[sw.index, "efficiency_frac"]
+    assert ss.tolist() == pytest.approx(sw.tolist(), rel=1e-12)
     overhead = pd.read_csv(tmp_path / "rep" / "export" / "overhead.csv")
     assert overhead["overhead_pct"].iloc[0] == pytest.approx(15.0)
     hv = pd.read_csv(tmp_path / "rep" / "export" / "horovod_allreduce.csv")

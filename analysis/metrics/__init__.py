@@ -30,6 +30,7 @@ from analysis.metrics.breakdown import (
 )
 from analysis.metrics.fusion import dedupe_fused
 from analysis.metrics.gap import explain_loss, rank_step_parts, scaling_loss
+from analysis.metrics.measures import measure_runs, scaling_mode, select_baseline, step_table
 from analysis.metrics.memory import compute_update_breakdown, peak_memory
 from analysis.metrics.model import (
     fit_alpha_beta,
@@ -40,6 +41,7 @@ from analysis.metrics.model import (
 )
 from analysis.metrics.overhead import framework_overhead
 from analysis.metrics.scaling import (
+    compare_groups,
     epoch_times,
     fit_speedup,
     node_boundaries,
@@ -71,6 +73,7 @@ __all__ = [
     "batch_size_epoch_time",
     "batch_speedup",
     "breakdown_by_ranks",
+    "compare_groups",
     "compute_update_breakdown",
     "ddp_comm_overlap",
     "dedupe_fused",
@@ -91,6 +94,7 @@ __all__ = [
     "input_size_table",
     "lr_rule_curves",
     "maps_over",
+    "measure_runs",
     "memory_limit",
     "negotiation_stragglers",
     "node_boundaries",
@@ -105,8 +109,11 @@ __all__ = [
     "run_summary",
     "scaled_learning_rate",
     "scaling_loss",
+    "scaling_mode",
     "scaling_table",
+    "select_baseline",
     "size_axes",
+    "step_table",
     "step_times",
     "straggler_summary",
     "strong_weak_table",

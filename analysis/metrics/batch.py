@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 
 from analysis.errors import ScalescopeError
@@ -111,8 +112,10 @@ def batch_speedup(per_run: pd.DataFrame, *, reference_batch: int = 75, n_ranks: 
 
     Notes
     -----
-    speedup(B) = T(B_ref) / T(B), medians over repeats; the reference study's B_ref is 75
-    (its single-GPU batch).
+    speedup(B) = t̄(B_ref) / t̄(B) with t̄ the mean time per sample over repeats (outliers left
+    out: the one definition of ``docs/metrics.md``; the time per sample then is a column too)
+    when ``per_run`` has ``time_per_sample_s``, else T(B_ref) / T(B) with T the median epoch
+    time over repeats. The reference study's B_ref is 75 (its single-GPU batch).
 
     Examples
     --------
@@ -126,6 +129,16 @@ def batch_speedup(per_run: pd.DataFrame, *, reference_batch: int = 75, n_ranks: 
     keys = t.set_index(list(by)).index
     t["reference_epoch_time_s"] = keys.map(ref).to_numpy(float) if len(ref) else float("nan")
     t["speedup"] = t["reference_epoch_time_s"] / t["epoch_time_s"]
+    if "time_per_sample_s" in per_run and per_run["time_per_sample_s"].notna().any():
+        from analysis.metrics.scaling import outlier_reasons, unit_time
+
+        pr = per_run[per_run["n_ranks"] == n_ranks].reset_index(drop=True)
+        pr["_t"] = unit_time(pr, "strong")
+        pr = pr[outlier_reasons(pr, [*by, "batch_size"], pr["_t"]).isna().to_numpy()]
+        tps = pr.groupby([*by, "batch_size"], dropna=False)["_t"].mean()
+        t["time_per_sample_s"] = [tps.get(k, np.nan) for k in t[[*by, "batch_size"]].itertuples(index=False, name=None)]
+        tref = t[t["batch_size"] == reference_batch].set_index(list(by))["time_per_sample_s"]
+        t["speedup"] = (keys.map(tref).to_numpy(float) if len(tref) else np.nan) / t["time_per_sample_s"]
     return t
 
 

@@ -102,10 +102,16 @@ def warmup_count(step_s: np.ndarray, warmup: int | str | None = WARMUP) -> int:
 
     Notes
     -----
-    ``"auto"``: a rank with at least 4 steps drops its first step (graph set-up, DDP's
-    bucket rebuild, Horovod's first negotiation without its response cache) and then every
-    following step that is longer than twice the median of the steps after the first,
-    up to 10 % of its steps (at least 1). Fewer than 4 steps: nothing is dropped.
+    ``"auto"`` detects when the step time settles. With m the median of the rank's second
+    half of steps (the steady state) and d = max(3 · (q75 - m), 5 % of m) over that half
+    (the upper quartile only, so that short partial-batch steps do not widen it),
+    a rank with at least 4 steps drops its first step (graph set-up, DDP's bucket rebuild,
+    Horovod's first negotiation without its response cache) and every following one until
+    the first step i that lies in [0.8 m, m + d] (a short partial-batch step says nothing
+    about settling) and starts three steps whose median is at most m + d; at most half its
+    steps. Fewer than 4 steps: nothing is dropped.
+    :func:`warmup_steps` drops, on every rank of a run, the largest count of its ranks, so
+    the ranks keep the same steps.
     """
     n = len(step_s)
     if warmup is None or warmup is False:
@@ -118,23 +124,28 @@ def warmup_count(step_s: np.ndarray, warmup: int | str | None = WARMUP) -> int:
         raise ScalescopeError(f"warmup must be 'auto', a number of steps >= 0 or None, not {warmup!r}")
     if n < 4:
         return 0
-    cap = max(1, n // 10)
-    med = float(np.median(step_s[1:]))
+    x = np.asarray(step_s, dtype=float)
+    tail = x[n // 2:]
+    med = float(np.median(tail))
+    limit = med + max(3 * (float(np.quantile(tail, 0.75)) - med), 0.05 * med)
     k = 1
-    while k < cap and step_s[k] > 2 * med:
+    while k < n // 2 and (not 0.8 * med <= x[k] <= limit or float(np.median(x[k:k + 3])) > limit):
         k += 1
     return k
 
 
 def warmup_steps(windows: pd.DataFrame, warmup: int | str | None = WARMUP) -> pd.Series:
-    """Boolean mask over :func:`step_times` rows: True for the warm-up steps to drop."""
+    """Boolean mask over :func:`step_times` rows: True for the warm-up steps to drop (the
+    same number of leading steps on every rank of a run: the most any of its ranks needs)."""
     mask = np.zeros(len(windows), dtype=bool)
     if len(windows):
         order = windows.sort_values(["run_id", "rank", "step_start_ns"], kind="stable")
-        for _, g in order.groupby(["run_id", "rank"], sort=False, dropna=False, observed=True):
-            k = warmup_count(g["step_time_s"].to_numpy(float), warmup)
+        for _, run in order.groupby("run_id", sort=False, dropna=False, observed=True):
+            ranks = list(run.groupby("rank", sort=False, dropna=False, observed=True))
+            k = max(warmup_count(g["step_time_s"].to_numpy(float), warmup) for _, g in ranks)
             if k:
-                mask[windows.index.get_indexer(g.index[:k])] = True
+                for _, g in ranks:
+                    mask[windows.index.get_indexer(g.index[:k])] = True
     return pd.Series(mask, index=windows.index, name="warmup")
 
 
@@ -275,10 +286,11 @@ def _timeline_rows(events: pd.DataFrame) -> dict[object, pd.DataFrame]:
 
 
 def _in_flight(sync_phases: iv.Intervals, comm: pd.DataFrame | None, timeline: pd.DataFrame | None) -> iv.Intervals:
-    """``sync_total``'s intervals of one rank: its in-flight records (or the Horovod timeline
-    on the rank that wrote it) together with its sync waits."""
+    """``sync_total``'s intervals of one rank: its in-flight records together with its sync
+    waits; the Horovod timeline only on the rank that wrote it when that rank has no
+    in-flight records (one instrument on every rank where the recorder ran)."""
     parts = [sync_phases]
-    src = timeline if timeline is not None and len(timeline) else comm
+    src = comm if comm is not None and len(comm) else timeline
     if src is not None and len(src):
         parts.append(iv.union(src["start_ns"].to_numpy(np.int64), end_ns(src)))
     return iv.union_of(*parts)
@@ -337,8 +349,8 @@ def time_breakdown(
     the in-flight time no other phase covers.
 
     ``sync_total_s``: the union of the time a gradient collective is in flight in the
-    step: the comm hooks' records (Horovod: from the timeline on ``timeline_rank``), with
-    the rank's sync waits (a wait is for a collective in flight), so
+    step: the comm hooks' records on every rank (Horovod: the timeline, on
+    ``timeline_rank``, only where that rank has no hook records), with the rank's sync waits (a wait is for a collective in flight), so
     ``sync_exposed_s <= sync_total_s``.
     """
     if level not in ("step", "rank", "run"):

@@ -16,28 +16,47 @@ import pandas as pd
 
 from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns
-from analysis.metrics.breakdown import WARMUP, time_breakdown
+from analysis.metrics.breakdown import WARMUP
+from analysis.metrics.measures import (
+    measure_runs,
+    scaling_mode,
+    select_baseline,
+    slowest,
+    step_table,
+)
+from analysis.metrics.stats import (
+    CONFIDENCE,
+    WITHIN_NOISE,
+    delta_interval,
+    repeats_to_resolve,
+    run_cv,
+    verdict,
+)
 from analysis.schema import MACHINE_AXES
 
 #: The causes, in the order figures stack them; they sum to ``gap_s``.
-CAUSES: tuple[str, ...] = ("framework_s", "sync_s", "straggler_s", "data_s", "compute_s", "other_s")
+CAUSES: tuple[str, ...] = ("framework_s", "sync_s", "straggler_s", "data_s", "contention_s", "compute_s",
+                           "other_s")
 #: Words for the causes in sentences and legends.
 CAUSE_LABELS: dict[str, str] = {
     "framework_s": "framework overhead at one rank",
     "sync_s": "exposed synchronisation",
     "straggler_s": "waiting for the slowest rank",
     "data_s": "data loading",
+    "contention_s": "CPU contention",
     "compute_s": "compute (forward, backward, optimizer)",
     "other_s": "other / idle",
 }
 _PARTS = ("step_s", "data_s", "compute_s", "exposed_s", "straggler_s", "other_s")
 # MACHINE_AXES (analysis.schema): when the runs differ in one, it joins ``by`` (and a
 # ``"none"`` baseline must share it).
+#: A value below this fraction of the measured step is floating-point residue: shown as 0.
+RESIDUE = 1e-12
 
 
 def rank_step_parts(events: pd.DataFrame, *, warmup: int | str | None = WARMUP) -> pd.DataFrame:
     """Per (run, rank, step): the step split into data, compute, exposed sync and other,
-    with the time this rank waited for the slowest rank.
+    with the time this rank waited for the slowest rank (warm-up steps left out).
 
     Returns
     -------
@@ -51,60 +70,17 @@ def rank_step_parts(events: pd.DataFrame, *, warmup: int | str | None = WARMUP) 
 
     Notes
     -----
-    Steps are matched across ranks by (epoch, step) number. Durations, not end times, are
-    compared, so clock offsets between ranks do not matter: after a synchronisation every
-    rank starts its next step together, and a rank with more work before the next one makes
-    the others wait in it. ``busy_s`` comes from the breakdown's exclusive sets, so a sync
-    wait nested in ``backward`` (DDP) is not counted as work.
+    :func:`analysis.metrics.measures.step_table` without its warm-up rows. Steps are
+    matched across ranks by (epoch, step) number. Durations, not end times, are compared,
+    so clock offsets between ranks do not matter: after a synchronisation every rank starts
+    its next step together, and a rank with more work before the next one makes the others
+    wait in it. ``busy_s`` comes from the breakdown's exclusive sets, so a sync wait nested
+    in ``backward`` (DDP) is not counted as work.
     """
-    b = time_breakdown(events, level="step", warmup=warmup)
-    out = pd.DataFrame({
-        "run_id": b["run_id"].astype(object), "rank": b["rank"], "epoch": b["epoch"], "step": b["step"],
-        "step_s": b["step_time_s"], "data_s": b["data_s"],
-        "compute_s": b["forward_s"] + b["backward_s"] + b["optimizer_s"],
-        "exposed_s": b["sync_exposed_s"], "other_s": b["other_s"],
-        "busy_s": b["data_s"] + b["forward_s"] + b["backward_s"],
-    })
-    if out.empty:
-        return out.assign(wait_s=pd.Series(dtype=float), straggler_s=pd.Series(dtype=float),
-                          is_slowest=pd.Series(dtype=bool))
-    mx = out.groupby(["run_id", "epoch", "step"], dropna=False, observed=True)["busy_s"].transform("max")
-    n = out.groupby(["run_id", "epoch", "step"], dropna=False, observed=True)["rank"].transform("size")
-    out["wait_s"] = np.where(n > 1, mx - out["busy_s"], 0.0)
-    out["straggler_s"] = np.minimum(out["wait_s"], out["exposed_s"])
-    out["is_slowest"] = (out["busy_s"] == mx) & (n > 1)
-    return out
-
-
-def _per_run(parts: pd.DataFrame) -> pd.DataFrame:
-    """Mean per step on each rank, then mean over ranks: one row per run."""
-    per_rank = parts.groupby(["run_id", "rank"], observed=True)[list(_PARTS)].mean()
-    out = per_rank.groupby("run_id").mean()
-    slow = parts[parts["is_slowest"]].groupby(["run_id", "rank"], observed=True).size()
-    out["slowest_rank"] = (slow.groupby("run_id").idxmax().map(lambda t: t[1])
-                           .reindex(out.index) if len(slow) else np.nan)
-    out["n_steps"] = parts.groupby("run_id").size().reindex(out.index)
-    return out.reset_index()
-
-
-def _select(table: pd.DataFrame, selector: Mapping[str, object]) -> pd.DataFrame:
-    mask = pd.Series(True, index=table.index)
-    for col, val in selector.items():
-        if col not in table:
-            raise ScalescopeError(f"baseline selects on {col!r}, which the runs table lacks")
-        mask &= table[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else table[col] == val
-    return table[mask.fillna(False).astype(bool)]
-
-
-def _bootstrap(values: np.ndarray, *, n_boot: int, confidence: float, rng: np.random.Generator) -> np.ndarray:
-    """Percentile interval of the mean over repeats (rows), per column; NaN with one repeat."""
-    m = values.shape[0]
-    if m < 2:
-        return np.full((2, values.shape[1]), np.nan)
-    idx = rng.integers(0, m, size=(n_boot, m))
-    means = values[idx].mean(axis=1)
-    lo = (1 - confidence) / 2
-    return np.quantile(means, [lo, 1 - lo], axis=0)
+    t = step_table(events, warmup=warmup)
+    cols = ["run_id", "rank", "epoch", "step", "step_s", "data_s", "compute_s", "exposed_s", "other_s", "busy_s",
+            "wait_s", "straggler_s", "is_slowest"]
+    return t.loc[~t["warmup"], cols].reset_index(drop=True)
 
 
 def scaling_loss(
@@ -114,14 +90,15 @@ def scaling_loss(
     by: Sequence[str] = ("config_backend", "batch_size"),
     baseline: str | Mapping[str, object] = "none",
     match: Sequence[str] = ("batch_size",),
-    mode: Literal["strong", "weak"] = "strong",
+    mode: Literal["auto", "strong", "weak"] = "auto",
     warmup: int | str | None = WARMUP,
-    n_boot: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    epochs: pd.DataFrame | None = None,
+    samples: pd.DataFrame | None = None,
+    measured: pd.DataFrame | None = None,
+    confidence: float = CONFIDENCE,
 ) -> pd.DataFrame:
     """Why not ideal: per configuration and rank count, the step-time gap to the ideal
-    split into causes that sum to it.
+    split into causes that sum to it, each with an interval and a verdict.
 
     Parameters
     ----------
@@ -138,167 +115,317 @@ def scaling_loss(
     baseline
         ``"none"`` (default): the one-process runs without a framework that share the
         ``match`` columns; a mapping ``{column: value}`` picks the baseline runs explicitly
-        (e.g. across experiments); ``"min"``: the configuration's own one-rank run (no
-        framework overhead is separated then).
+        (e.g. across experiments); ``"min"``: the configuration's own runs at its fewest
+        ranks (no framework overhead is separated then).
+        :func:`analysis.metrics.measures.select_baseline` is the one rule.
     match
         Columns a ``"none"`` baseline must share with the configuration.
     mode
-        ``"strong"`` (the dataset is split over the ranks) or ``"weak"`` (it grows with
-        them). With a fixed per-rank batch both have the same per-step ideal, the
-        baseline's step time; they differ in the epoch: ``ideal_epoch_s`` is the
-        baseline's epoch time divided by ``n`` (strong) or equal to it (weak).
+        ``"auto"`` (default): the scaling mode the runs did
+        (:func:`analysis.metrics.measures.scaling_mode`); ``"strong"`` or ``"weak"`` name
+        it. Every quantity here is per step with a fixed per-rank batch, the same in every
+        mode; the mode is recorded in ``attrs["mode"]``.
     warmup
-        Warm-up steps dropped on every rank (:func:`~analysis.metrics.breakdown.warmup_count`).
-    n_boot, confidence, seed
-        Bootstrap over the repeats of each (configuration, n): percentile interval of the
-        mean, for every column with a ``_ci_low``/``_ci_high`` pair.
+        Warm-up rule (:func:`~analysis.metrics.breakdown.warmup_count`).
+    epochs
+        Per-rank epoch metrics (``RunSet.epochs``): the samples per epoch that tell partial
+        batches from full ones. Without them every step counts as full
+        (``attrs["notes"]`` says so).
+    samples
+        CPU samples (``RunSet.samples``): the per-rank CPU that shows contention.
+    measured
+        :func:`analysis.metrics.measures.measure_runs` already computed (the report
+        computes it once for every study); ``events``, ``epochs``, ``samples`` and
+        ``warmup`` are then not used.
+    confidence
+        Level of every interval (:mod:`analysis.metrics.stats`).
 
     Returns
     -------
     pandas.DataFrame
-        One row per configuration and ``n_ranks``: ``mode``, ``n_runs``, ``n_steps``,
-        ``ideal_step_s``, ``measured_step_s``, ``gap_s``, the causes ``framework_s``,
-        ``sync_s``, ``straggler_s``, ``data_s``, ``compute_s``, ``other_s`` (s per step,
-        summing to ``gap_s``), ``efficiency`` (ideal / measured), each with
-        ``_ci_low``/``_ci_high``; ``*_share`` of each cause in the gap; ``slowest_rank``
-        (the rank most often last to finish its work); ``baseline`` and ``reference`` (which
-        runs the ideal and the one-rank framework figures come from).
+        One row per configuration and ``n_ranks``: ``n_runs`` (repeats used),
+        ``n_outliers`` (repeats left out, named in ``outliers``), ``n_steps`` (full steps
+        compared), ``n_partial_steps`` (partial-batch steps left out), ``ideal_step_s``,
+        ``measured_step_s``, ``gap_s``, the causes ``framework_s``, ``sync_s``,
+        ``straggler_s``, ``data_s``, ``contention_s``, ``compute_s``, ``other_s`` (s per
+        full step, summing to ``gap_s``), ``efficiency`` (= ideal_step_s /
+        measured_step_s), ``speedup`` (= efficiency · n / n0), ``time_per_sample_s``,
+        ``throughput_samples_per_s``; each with ``_ci_low``/``_ci_high``; ``X_verdict`` for
+        the gap, each cause (against 0) and the efficiency (against 1); ``*_share`` of each
+        cause in the gap; ``slowest_rank`` (NA on a tie), ``slowest_tied`` (the tied
+        ranks), ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``.
+        ``attrs``: ``baseline``, ``reference``, ``mode``, ``unit``, ``notes``.
 
     Notes
     -----
-    Per run, every quantity is the mean per step on each rank, then the mean over ranks
-    (warm-up dropped). With B the baseline (mean over its repeats), R the configuration's
-    one-rank framework run (its uninjected repeats), and the run at ``n`` ranks:
+    Per run, every part is the mean over its kept full steps of the mean over its ranks
+    (:func:`analysis.metrics.measures.run_measures`). Each side is the mean over its runs
+    that are not outliers (:func:`analysis.metrics.stats.flag_outliers`). With B the
+    baseline, R the configuration's one-rank framework runs (uninjected) and G its runs at
+    ``n`` ranks:
 
-    * ``ideal_step_s`` = B.step, ``gap_s`` = step - B.step, ``efficiency`` = B.step / step;
+    * ``ideal_step_s`` = B.step, ``gap_s`` = G.step - B.step, ``efficiency`` = B.step / G.step;
     * ``framework_s`` = R.step - B.step (the one-rank overhead; 0 without R);
-    * ``data_s`` = data - R.data; ``compute_s`` = compute - R.compute;
-      ``other_s`` = other - R.other;
-    * ``straggler_s`` = straggler - R.straggler (the part of the exposed sync spent waiting
-      for the slowest rank: per step ``min(wait, exposed)``, see :func:`rank_step_parts`);
-    * ``sync_s`` = (exposed - straggler) - (R.exposed - R.straggler).
+    * ``data_s`` = G.data - R.data; ``compute_s`` = G.compute - R.compute;
+      ``other_s`` = G.other - R.other;
+    * ``straggler_s`` = G.straggler - R.straggler (the part of the exposed sync spent
+      waiting for the slowest rank: per step ``min(wait, exposed)``, see
+      :func:`rank_step_parts`);
+    * ``sync_s`` = (G.exposed - G.straggler) - (R.exposed - R.straggler);
+    * ``contention_s``: ``compute_s`` when most of G's runs show CPU contention
+      (:func:`analysis.metrics.measures.cpu_contention`: ranks × threads above the cores,
+      or a rank's CPU above its share) and compute grew; ``compute_s`` is then 0.
 
     Since step = data + compute + exposed + other for every run, the causes sum to
-    ``gap_s`` exactly. Without R (no one-rank run of the configuration), R = B.
+    ``gap_s`` exactly. Without R (no one-rank run of the configuration), R = B. Intervals:
+    :func:`analysis.metrics.stats.delta_interval` over the runs of B, R and G (B and R's
+    run-to-run variance included); none where a side has fewer than 3 runs.
     """
     require_columns(runs, ("run_id", "framework", "n_ranks", *by, *match), "scaling_loss")
-    if mode not in ("strong", "weak"):
-        raise ScalescopeError(f"mode must be 'strong' or 'weak', not {mode!r}")
+    if mode not in ("auto", "strong", "weak"):
+        raise ScalescopeError(f"mode must be 'auto', 'strong' or 'weak', not {mode!r}")
     # machines are configurations of their own, each against its own baseline
     axes = [c for c in MACHINE_AXES if c in runs and c not in by and runs[c].nunique(dropna=True) > 1]
-    by = [*by, *axes] + (["inject"] if "inject" in runs and "inject" not in by else [])
+    injected = "inject" in runs and runs["inject"].notna().any()
+    by = [*by, *axes] + (["inject"] if injected and "inject" not in by else [])
     if baseline == "none":
         match = [*match, *(c for c in axes if c not in match)]
-    parts = rank_step_parts(events, warmup=warmup)
-    if parts.empty:
+    notes: list[str] = []
+    if epochs is None and measured is None:
+        notes.append("No epoch metrics given: every step counted as a full batch.")
+    if measured is None:
+        measured = measure_runs(events, runs, epochs=epochs, samples=samples, warmup=warmup, by=by)
+    if measured.empty:
         raise ScalescopeError("no run has training-phase records (kind 'phase') to split the step time")
-    per_run = _per_run(parts)
-    meta = runs[list(dict.fromkeys(["run_id", "framework", "n_ranks", *by, *match]))].copy()
-    meta["run_id"] = meta["run_id"].astype(object)
-    if "inject" not in meta:
-        meta["inject"] = None
-    table = meta.merge(per_run, on="run_id", how="inner")
-    clean = table[table["inject"].isna()]
-    rng = np.random.default_rng(seed)
+    cols = list(dict.fromkeys(["run_id", "framework", "n_ranks", *by, *match]))
+    table = measured.copy()
+    for c in cols:
+        if c not in table and c in runs:
+            table = table.merge(runs[["run_id", c]].assign(run_id=runs["run_id"].astype(object)), on="run_id")
+    if "inject" not in table:
+        table["inject"] = None
+    used = table[table["outlier"].isna()] if "outlier" in table else table
+    clean = used[used["inject"].isna()]
+    modes, mode_notes = scaling_mode(runs, epochs, by=[c for c in by if c != "inject"])
+    notes.extend(mode_notes)
+    found = sorted(set(modes.values()))
+    run_mode = mode if mode != "auto" else (found[0] if len(found) == 1 else "mixed: " + ", ".join(found))
     rows = []
+    base_notes: set[str] = set()
+    ref_notes: set[str] = set()
     fw = table[table["framework"] != "none"]
     for key, group in fw.groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         cfg = dict(zip(by, key, strict=True))
         same = {c: v for c, v in cfg.items() if c != "inject"}
-        one = _select(clean[clean["framework"] != "none"], same)
-        one = one[one["n_ranks"] == 1]
+        gclean = _select(used[used["framework"] != "none"], same)
+        gclean = gclean[gclean["inject"].isna()]
+        one = gclean[gclean["n_ranks"] == 1]
+        base = select_baseline(clean, gclean if len(gclean) else group, baseline, match,
+                               placement=MACHINE_AXES)
         if isinstance(baseline, Mapping):
-            base, base_note = _select(clean, baseline), f"selected: {dict(baseline)}"
+            base_notes.add(f"selected: {dict(baseline)}")
         elif baseline == "none":
-            base = clean[(clean["framework"] == "none") & (clean["n_ranks"] == 1)]
-            base = _select(base, {c: cfg[c] for c in match if c in cfg})
-            base_note = "one process without a framework" + (f", same {', '.join(match)}" if match else "")
-        elif baseline == "min":
-            base, base_note = one, "the configuration's own one-rank run"
+            base_notes.add("one process without a framework" + (f", same {', '.join(match)}" if match else ""))
         else:
-            raise ScalescopeError(f"baseline must be 'none', 'min' or a mapping of run columns, not {baseline!r}")
+            base_notes.add("the configuration's own runs at its fewest ranks")
+            one = base
         if base.empty:
             raise ScalescopeError(
                 "no baseline runs for " + ", ".join(f"{c}={v}" for c, v in cfg.items())
                 + " (a one-process run without a framework, e.g. the sweep's --baseline); "
                 "pass baseline='min' to use the configuration's one-rank run")
-        b = base[list(_PARTS)].mean()
-        r = one[list(_PARTS)].mean() if len(one) else b
-        ref_note = (f"{len(one)} one-rank run(s) of the configuration" if len(one)
-                    else "none: framework overhead not separated (no one-rank run)")
-        for n, g in group.groupby("n_ranks", sort=True):
-            v = pd.DataFrame({
-                "measured_step_s": g["step_s"],
-                "gap_s": g["step_s"] - b["step_s"],
-                "framework_s": r["step_s"] - b["step_s"],
-                "sync_s": (g["exposed_s"] - g["straggler_s"]) - (r["exposed_s"] - r["straggler_s"]),
-                "straggler_s": g["straggler_s"] - r["straggler_s"],
-                "data_s": g["data_s"] - r["data_s"],
-                "compute_s": g["compute_s"] - r["compute_s"],
-                "other_s": g["other_s"] - r["other_s"],
-                "efficiency": b["step_s"] / g["step_s"],
-            })
-            mean = v.mean()
-            ci = _bootstrap(v.to_numpy(float), n_boot=n_boot, confidence=confidence, rng=rng)
-            row = {**cfg, "n_ranks": int(n), "mode": mode, "n_runs": len(g), "n_steps": int(g["n_steps"].sum()),
-                   "ideal_step_s": float(b["step_s"])}
-            for i, col in enumerate(v.columns):
-                row[col] = float(mean[col])
-                row[f"{col}_ci_low"], row[f"{col}_ci_high"] = float(ci[0, i]), float(ci[1, i])
-            gap = row["gap_s"]
-            for c in CAUSES:
-                row[c[:-2] + "_share"] = row[c] / gap if gap > 0 else np.nan
-            slow = g["slowest_rank"].dropna()
-            row["slowest_rank"] = int(slow.mode().iloc[0]) if len(slow) else pd.NA
-            row["baseline"] = base_note
-            row["reference"] = ref_note
-            rows.append(row)
+        ref = one if len(one) else base
+        ref_notes.add(f"{len(one)} one-rank run(s) of the configuration" if len(one)
+                      else "none: framework overhead not separated (no one-rank run)")
+        for n, g_all in group.groupby("n_ranks", sort=True):
+            g = g_all[g_all["outlier"].isna()] if "outlier" in g_all else g_all
+            if g.empty:
+                continue
+            rows.append(_loss_row(cfg, int(n), g, g_all, base, ref, confidence))
     if not rows:
         raise ScalescopeError("no run with a framework (Horovod or DDP) to explain")
     out = pd.DataFrame(rows)
-    out["slowest_rank"] = out["slowest_rank"].astype("Int32")
-    out["ideal_epoch_rule"] = "baseline epoch / n" if mode == "strong" else "baseline epoch"
+    for c in ("slowest_rank",):
+        out[c] = out[c].astype("Int32")
+    out.attrs.update(baseline="; ".join(sorted(base_notes)), reference="; ".join(sorted(ref_notes)),
+                     mode=run_mode, unit="full steps (partial batches left out, counted in n_partial_steps)",
+                     notes=notes)
     return out
+
+
+def _ids(frame: pd.DataFrame) -> frozenset:
+    return frozenset(frame["run_id"].astype(str))
+
+
+def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.DataFrame, ref: pd.DataFrame,
+              confidence: float) -> dict:
+    parts = list(_PARTS)
+    # sides are independent run sets; the same runs on two roles are one side
+    sides: list[pd.DataFrame] = []
+    where: dict[frozenset, int] = {}
+    role = {}
+    for name, frame in (("B", base), ("R", ref), ("G", g)):
+        ids = _ids(frame)
+        if ids not in where:
+            where[ids] = len(sides)
+            sides.append(frame)
+        role[name] = where[ids]
+    b = float(np.nanmean(g["batch_size"].astype(float))) if "batch_size" in g else np.nan
+    n0 = float(base["n_ranks"].astype(float).mean())
+    cont, evidence = _contention(g, ref if _ids(ref) != _ids(base) else None)
+    cols = ["measured_step_s", "ideal_step_s", "gap_s", *CAUSES, "efficiency", "speedup", "time_per_sample_s",
+            "throughput_samples_per_s"]
+
+    def fn(means: Sequence[np.ndarray]) -> np.ndarray:
+        B, R, G = (dict(zip(parts, means[role[k]], strict=True)) for k in ("B", "R", "G"))
+        compute = G["compute_s"] - R["compute_s"]
+        contention = compute if cont and compute > 0 else 0.0
+        vals = {
+            "measured_step_s": G["step_s"], "ideal_step_s": B["step_s"], "gap_s": G["step_s"] - B["step_s"],
+            "framework_s": R["step_s"] - B["step_s"],
+            "sync_s": (G["exposed_s"] - G["straggler_s"]) - (R["exposed_s"] - R["straggler_s"]),
+            "straggler_s": G["straggler_s"] - R["straggler_s"], "data_s": G["data_s"] - R["data_s"],
+            "contention_s": contention, "compute_s": compute - contention, "other_s": G["other_s"] - R["other_s"],
+            "efficiency": B["step_s"] / G["step_s"], "speedup": B["step_s"] / G["step_s"] * n / n0,
+            "time_per_sample_s": G["step_s"] / b, "throughput_samples_per_s": n * b / G["step_s"],
+        }
+        return np.array([vals[c] for c in cols])
+
+    values = [s[parts].astype(float).to_numpy() for s in sides]
+    ratios = [c in ("efficiency", "speedup", "time_per_sample_s", "throughput_samples_per_s") for c in cols]
+    est, lo, hi = delta_interval(fn, values, confidence=confidence, log=ratios)
+    row = {**cfg, "n_ranks": n, "n_runs": len(g), "n_outliers": len(g_all) - len(g),
+           "outliers": "; ".join(f"{r}: {why}" for r, why in g_all.loc[g_all["outlier"].notna(),
+                                                                     ["run_id", "outlier"]].itertuples(index=False))
+           or None if "outlier" in g_all else None,
+           "n_steps": int(g["n_steps"].sum()), "n_partial_steps": int(g["n_partial_steps"].sum())}
+    tiny = RESIDUE * abs(est[0])
+    for i, c in enumerate(cols):
+        v, a, z = (0.0 if abs(x) < tiny else float(x) for x in (est[i], lo[i], hi[i]))
+        row[c], row[f"{c}_ci_low"], row[f"{c}_ci_high"] = v, (a if np.isfinite(lo[i]) else np.nan), \
+            (z if np.isfinite(hi[i]) else np.nan)
+    for c in ("gap_s", *CAUSES):
+        row[f"{c}_verdict"] = verdict(row[f"{c}_ci_low"], row[f"{c}_ci_high"])
+    row["efficiency_verdict"] = verdict(row["efficiency_ci_low"], row["efficiency_ci_high"], 1.0)
+    gap = row["gap_s"]
+    for c in CAUSES:
+        row[c[:-2] + "_share"] = row[c] / gap if gap > 0 else np.nan
+    rank, tied, share = slowest(g["slowest_counts"]) if "slowest_counts" in g else (pd.NA, None, np.nan)
+    row.update(slowest_rank=rank, slowest_tied=tied, slowest_share=share)
+    cvs = [c for c in (run_cv(g["step_s"]), run_cv(base["step_s"])) if np.isfinite(c)]
+    row["repeats_for_5pct"] = repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan
+    row["contention_evidence"] = evidence if cont and row["contention_s"] > 0 else None
+    return row
+
+
+def _contention(g: pd.DataFrame, one: pd.DataFrame | None) -> tuple[bool, str | None]:
+    """Do most runs of ``g`` show CPU contention? By their own evidence (ranks × threads above
+    the cores, a rank above its share), or by demand: each rank of the configuration's
+    one-rank runs (``one``) used c % CPU, and ranks_per_host · c exceeds the host's cores by
+    more than 10 %."""
+    if "contention" in g and g["contention"].fillna(False).astype(bool).mean() > 0.5:
+        ev = sorted(set(g["contention_evidence"].dropna()))
+        return True, "; ".join(ev) or None
+    if one is None or "rank_cpu_pct" not in g or "host_cpus" not in g or "rank_cpu_pct" not in one:
+        return False, None
+    def med(col: pd.Series) -> float:
+        v = pd.to_numeric(col, errors="coerce").astype(float).dropna()
+        return float(v.median()) if len(v) else np.nan
+
+    c, cpus, per_host = med(one["rank_cpu_pct"]), med(g["host_cpus"]), med(g["ranks_per_host"])
+    if not (np.isfinite(c) and np.isfinite(cpus) and np.isfinite(per_host)) or per_host < 2:
+        return False, None
+    if per_host * c > 1.1 * 100 * cpus:
+        return True, (f"each rank used {c:.0f} % CPU at one rank: {per_host:.0f} ranks need {per_host * c:.0f} % "
+                      f"of the host's {100 * cpus:.0f} %")
+    return False, None
+
+
+def _select(table: pd.DataFrame, selector: Mapping[str, object]) -> pd.DataFrame:
+    mask = pd.Series(True, index=table.index)
+    for col, val in selector.items():
+        if col not in table:
+            raise ScalescopeError(f"baseline selects on {col!r}, which the runs table lacks")
+        if val is None or (isinstance(val, float) and np.isnan(val)):
+            mask &= table[col].isna()
+        else:
+            mask &= table[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else table[col] == val
+    return table[mask.fillna(False).astype(bool)]
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds with three significant digits (0.0123 ms, 1.23 ms, 123 ms)."""
+    v = 1e3 * seconds
+    return f"{v:.3g} ms" if v != 0 else "0 ms"
 
 
 def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend", "batch_size", *MACHINE_AXES),
                  top: int = 3) -> list[str]:
     """One sentence per row of :func:`scaling_loss` (rank counts above one).
 
-    E.g. "At 2 ranks horovod-gloo (batch 75) reaches 0.46 of ideal; of the 12.3 ms lost per
-    step, 70 % is exposed synchronisation, 20 % is waiting for rank 1." Causes are listed
-    largest first, those adding at least 5 % to the loss. When some causes are negative
-    (the configuration is faster than its reference there), the shares are of the time the
-    positive causes add, and the sentence says how much the others won back.
+    E.g. "At 2 ranks horovod-gloo (batch 75) reaches 0.46 of ideal (95 % interval
+    0.41-0.52); of the 12.3 ms lost per step, 70 % is exposed synchronisation, 20 % is
+    waiting for rank 1." Causes are listed largest first, those adding at least 5 % to the
+    loss and distinguishable from run-to-run noise (``X_verdict``); a cause whose interval
+    holds 0 is never named: the sentence says which are within noise. With fewer than 3
+    repeats there is no interval and the sentence says the shares are untested. When some
+    causes are negative (faster than the reference there), the shares are of the time the
+    positive causes add, and the sentence says so and how much the others won back.
     """
     require_columns(loss, ("n_ranks", "efficiency", "gap_s", *CAUSES), "explain_loss")
     out = []
-    for r in loss[loss["n_ranks"] > 1].itertuples(index=False):
-        d = r._asdict()
+    for d in loss[loss["n_ranks"] > 1].to_dict("records"):
         name = str(d.get("config_backend", "the configuration"))
-        extra = [(f"batch {d[c]}" if c == "batch_size" else f"{c} {d[c]}") for c in label
+        cols = [*label, *(c for c in d if str(c).startswith("vary_") and c not in label)]
+        extra = [(f"batch {d[c]}" if c == "batch_size" else f"{str(c).removeprefix('vary_')} {d[c]}") for c in cols
                  if c != "config_backend" and c in d and pd.notna(d[c])]
         if pd.notna(d.get("inject")) and d.get("inject"):
             extra.append(f"injected {d['inject']}")
         who = name + (f" ({', '.join(extra)})" if extra else "")
         head = f"At {int(d['n_ranks'])} ranks {who} reaches {d['efficiency']:.2f} of ideal"
+        lo, hi = d.get("efficiency_ci_low"), d.get("efficiency_ci_high")
+        tested = lo is not None and pd.notna(lo) and pd.notna(hi)
+        if tested:
+            head += f" (95 % interval {lo:.2f}-{hi:.2f})"
+        elif "efficiency_ci_low" in d:
+            head += f" (no interval: {int(d.get('n_runs', 0))} repeat(s), fewer than 3)"
         gap = d["gap_s"]
         if not gap > 0:
             out.append(head + "; its steps are no slower than the baseline's.")
             continue
+        if d.get("gap_s_verdict") == WITHIN_NOISE:
+            out.append(f"{head}; the {_ms(gap)} per step it loses is within run-to-run noise.")
+            continue
+
+        def known(c: str, d: dict = d) -> bool:
+            return d.get(f"{c}_verdict") != WITHIN_NOISE
+
         added = sum(d[c] for c in CAUSES if d[c] > 0)
-        causes = sorted(((d[c] / added, c) for c in CAUSES if d[c] / added >= 0.05), reverse=True)[:top]
+        causes = sorted(((d[c] / added, c) for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and known(c)),
+                        reverse=True)[:top]
+        noise = [CAUSE_LABELS[c] for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and not known(c)]
         words = []
         for share, c in causes:
             w = CAUSE_LABELS[c]
-            if c == "straggler_s" and pd.notna(d.get("slowest_rank")):
-                w = f"waiting for rank {int(d['slowest_rank'])}"
+            if c == "straggler_s":
+                if pd.notna(d.get("slowest_rank")):
+                    w = f"waiting for rank {int(d['slowest_rank'])}"
+                elif d.get("slowest_tied"):
+                    w = f"waiting for the slowest rank (ranks {d['slowest_tied']} equally often)"
+            if c == "contention_s" and d.get("contention_evidence"):
+                w += f" ({d['contention_evidence']})"
             words.append(f"{100 * share:.0f} % is {w}")
-        tail = ", ".join(words) if words else "no single cause reaches 5 %"
+        tail = ", ".join(words) if words else "no single cause distinguishable from noise reaches 5 %"
+        if noise:
+            tail += f"; {', '.join(noise)} within noise"
+        if not tested and "efficiency_ci_low" in d:
+            tail += " (shares untested against noise)"
         back = [c for c in CAUSES if d[c] < 0 and -d[c] >= 0.05 * gap]
         if back:
-            won = ", ".join(f"{-1e3 * d[c]:.1f} ms in {CAUSE_LABELS[c]}" for c in back)
-            tail += f" (shares of the {1e3 * added:.1f} ms the causes add; {won} won back)"
-        out.append(f"{head}; of the {1e3 * gap:.1f} ms lost per step, {tail}.")
+            won = ", ".join(f"{_ms(-d[c])} in {CAUSE_LABELS[c]}" for c in back)
+            out.append(f"{head}; it loses {_ms(gap)} per step: the causes that add time add {_ms(added)}, of which "
+                       f"{tail}; {won} won back.")
+        else:
+            out.append(f"{head}; of the {_ms(gap)} lost per step, {tail}.")
     return out

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics._common import require_columns
+from analysis.metrics.stats import CONFIDENCE, pooled_repeats, ratio, verdict
 
 
 def framework_overhead(
@@ -17,32 +18,41 @@ def framework_overhead(
     baseline_framework: str = "none",
     match: Sequence[str] = ("batch_size",),
     by: Sequence[str] = ("config_backend",),
+    confidence: float = CONFIDENCE,
 ) -> pd.DataFrame:
-    """Extra epoch time of a framework at one rank, relative to the baseline.
+    """Extra time per sample of a framework at one rank, relative to the baseline.
 
     Parameters
     ----------
     per_run
-        One row per run with ``framework``, ``n_ranks``, ``epoch_time_s`` and the ``by``
-        and ``match`` columns (e.g. :func:`analysis.metrics.scaling.run_summary`).
+        One row per run with ``framework``, ``n_ranks``, the ``by`` and ``match`` columns and
+        ``time_per_sample_s`` (:func:`analysis.metrics.scaling.run_summary`), or else
+        ``epoch_time_s``.
     baseline_framework
         ``framework`` value of the baseline runs.
     match
         Columns the baseline must share with the framework run (same batch size).
     by
         Columns naming the framework configuration.
+    confidence
+        Level of the interval.
 
     Returns
     -------
     pandas.DataFrame
-        One row per configuration (and ``match`` values): ``n_runs``, ``epoch_time_s``
-        (median over repeats), ``baseline_epoch_time_s`` (median), ``overhead_s``,
-        ``overhead_frac`` and ``overhead_pct``.
+        One row per configuration (and ``match`` values): ``n_runs``, ``n_baseline_runs``
+        (outliers left out), ``time_per_sample_s`` and ``baseline_time_per_sample_s`` (means
+        over repeats; NaN without step measures), ``epoch_time_s`` and
+        ``baseline_epoch_time_s`` (as recorded, means), ``overhead_frac`` with
+        ``overhead_frac_ci_low``/``overhead_frac_ci_high``, ``overhead_pct``,
+        ``overhead_frac_verdict`` (against 0) and ``repeats_for_5pct``.
 
     Notes
     -----
-    overhead_frac = T_framework(1 rank) / T_baseline - 1, with T the median epoch time over
-    repeats; overhead_pct = 100 · overhead_frac.
+    overhead_frac = t̄_framework / t̄_baseline - 1 with t̄ the mean time per sample over the
+    repeats (one rank, outliers left out; :func:`analysis.metrics.scaling.run_speedups`'s t,
+    so it equals 1/efficiency - 1 of the one-rank row of the scaling table and
+    ``framework_s / ideal_step_s`` of "Why not ideal?"); overhead_pct = 100 · overhead_frac.
 
     Examples
     --------
@@ -51,21 +61,39 @@ def framework_overhead(
     >>> round(float(framework_overhead(pr)["overhead_pct"].iloc[0]), 6)
     17.0
     """
-    require_columns(per_run, ("framework", "n_ranks", "epoch_time_s", *match, *by), "framework_overhead")
-    one = per_run[per_run["n_ranks"] == 1]
+    from analysis.metrics.scaling import outlier_reasons, unit_time
+
+    require_columns(per_run, ("framework", "n_ranks", *match, *by), "framework_overhead")
+    if "time_per_sample_s" not in per_run:
+        require_columns(per_run, ("epoch_time_s",), "framework_overhead")
+    pr = per_run.reset_index(drop=True)
+    pr["_t"] = unit_time(pr.assign(throughput_samples_per_s=np.nan) if "throughput_samples_per_s" not in pr
+                          else pr, "strong")
+    pr["_out"] = outlier_reasons(pr, [*by, *match], pr["_t"]).to_numpy()
+    one = pr[(pr["n_ranks"] == 1) & pr["_out"].isna()]
     base = one[one["framework"] == baseline_framework]
     fw = one[one["framework"] != baseline_framework]
     keys = list(dict.fromkeys([*by, *match]))
     rows = []
+    has_t = "time_per_sample_s" in pr
     for key, g in fw.groupby(keys, sort=True, dropna=False):
-        row = dict(zip(keys, key, strict=False))
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=False))
         b = base
         for col in match:
             b = b[b[col] == row[col]]
-        t = float(g["epoch_time_s"].median())
-        t0 = float(b["epoch_time_s"].median()) if len(b) else np.nan
-        row.update(n_runs=len(g), epoch_time_s=t, baseline_epoch_time_s=t0, overhead_s=t - t0,
-                   overhead_frac=t / t0 - 1, overhead_pct=100 * (t / t0 - 1))
+        r, lo, hi = ratio(g["_t"], b["_t"]) if len(b) else (np.nan, np.nan, np.nan)
+        row.update(
+            n_runs=len(g), n_baseline_runs=len(b),
+            time_per_sample_s=float(g["time_per_sample_s"].mean()) if has_t else np.nan,
+            baseline_time_per_sample_s=float(b["time_per_sample_s"].mean()) if has_t and len(b) else np.nan,
+            epoch_time_s=float(g["epoch_time_s"].mean()) if "epoch_time_s" in g else np.nan,
+            baseline_epoch_time_s=float(b["epoch_time_s"].mean()) if "epoch_time_s" in b and len(b) else np.nan,
+            overhead_frac=r - 1, overhead_frac_ci_low=lo - 1, overhead_frac_ci_high=hi - 1,
+            overhead_pct=100 * (r - 1), overhead_frac_verdict=verdict(lo - 1, hi - 1),
+            repeats_for_5pct=pooled_repeats(g["_t"], b["_t"]),
+        )
         rows.append(row)
-    return pd.DataFrame(rows, columns=[*keys, "n_runs", "epoch_time_s", "baseline_epoch_time_s", "overhead_s",
-                                       "overhead_frac", "overhead_pct"])
+    return pd.DataFrame(rows, columns=[*keys, "n_runs", "n_baseline_runs", "time_per_sample_s",
+                                       "baseline_time_per_sample_s", "epoch_time_s", "baseline_epoch_time_s",
+                                       "overhead_frac", "overhead_frac_ci_low", "overhead_frac_ci_high",
+                                       "overhead_pct", "overhead_frac_verdict", "repeats_for_5pct"])

@@ -11,6 +11,7 @@ from scipy import stats
 
 from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns, spread
+from analysis.metrics.stats import CONFIDENCE
 
 #: Run metadata carried into per-run tables (plus every ``vary_*`` and ``label_*`` column).
 RUN_META: tuple[str, ...] = (
@@ -91,47 +92,114 @@ def epoch_times(epochs: pd.DataFrame, *, warmup_epochs: int = WARMUP_EPOCHS) -> 
     return out
 
 
-def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS) -> pd.DataFrame:
-    """Per-run table: run metadata plus :func:`epoch_times` (usable runs only; the first
-    ``warmup_epochs`` epochs of a run with more are warm-up and left out).
+def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.DataFrame | None = None,
+                steps: bool = True) -> pd.DataFrame:
+    """Per-run table: run metadata, :func:`epoch_times` and the step measures every study
+    compares (usable runs only).
+
+    Parameters
+    ----------
+    runset
+        The :class:`~analysis.runset.RunSet`.
+    warmup_epochs
+        The first epochs of a run with more are left out of its epoch time (shown, never
+        compared: every comparison uses the step measures).
+    measured
+        :func:`analysis.metrics.measures.measure_runs` of these runs, when already computed.
+    steps
+        Compute the step measures (reads the runs' traces) when ``measured`` is not given;
+        runs whose traces cannot be read keep only the epoch columns.
 
     Returns
     -------
     pandas.DataFrame
-        The :data:`RUN_META`, ``vary_*`` and ``label_*`` columns of ``runset.runs`` and the
-        columns of :func:`epoch_times`; runs without epoch metrics are left out.
+        The :data:`RUN_META`, ``vary_*`` and ``label_*`` columns of ``runset.runs``, the
+        columns of :func:`epoch_times` (``throughput_samples_per_s`` from the epochs), and,
+        for runs with step records, :func:`~analysis.metrics.measures.measure_runs`'s
+        ``n_steps``, ``n_partial_steps``, ``n_warmup_steps``, ``step_s``, ``data_s``,
+        ``compute_s``, ``exposed_s``, ``straggler_s``, ``other_s``, ``sync_total_s``,
+        ``time_per_sample_s``, ``data_frac``, ``sync_exposed_frac``, ``outlier``,
+        ``contention``, ``contention_evidence``; there ``throughput_samples_per_s`` is the
+        step-based one (n_ranks · batch_size / step_s). Runs with neither epoch metrics nor
+        step records are left out.
     """
     runs = runset.usable_runs()
     extra = [c for c in runs.columns if c.startswith(("vary_", "label_"))]
     meta = runs[[c for c in RUN_META if c in runs.columns] + extra]
-    times = epoch_times(runset.epochs, warmup_epochs=warmup_epochs)
-    return meta.merge(times, on="run_id", how="inner").reset_index(drop=True)
+    epochs = runset.epochs
+    times = epoch_times(epochs, warmup_epochs=warmup_epochs) if len(epochs) else epoch_times(
+        pd.DataFrame(columns=["run_id", "rank", "epoch", "epoch_time_s", "samples"]))
+    out = meta.merge(times, on="run_id", how="inner").reset_index(drop=True)
+    if measured is None and steps:
+        from analysis.metrics.measures import measure_runs
+
+        try:
+            measured = measure_runs(runset.events, runs, epochs=runset.epochs, samples=_samples(runset))
+        except Exception:  # traces unreadable or without phases: the epoch columns stay
+            measured = None
+    if measured is None or measured.empty:
+        return out
+    keep = [c for c in STEP_COLUMNS if c in measured.columns]
+    m = measured[keep].assign(run_id=measured["run_id"].astype(object))
+    # runs without epoch metrics (fixed iterations, no dataset) are kept by their steps
+    out = meta.assign(run_id=meta["run_id"].astype(object)).merge(
+        times.assign(run_id=times["run_id"].astype(object)), on="run_id", how="left")
+    out = out.merge(m, on="run_id", how="left", suffixes=("", "_steps"))
+    out = out[out["epoch_time_s"].notna() | out["time_per_sample_s"].notna()].reset_index(drop=True)
+    has = out["time_per_sample_s"].notna()
+    out.loc[has, "throughput_samples_per_s"] = out.loc[has, "throughput_samples_per_s_steps"]
+    return out.drop(columns=["throughput_samples_per_s_steps"])
+
+
+def _samples(runset) -> pd.DataFrame | None:
+    try:
+        return runset.samples
+    except Exception:
+        return None
+
+
+#: The step measures :func:`run_summary` joins (from ``measure_runs``).
+STEP_COLUMNS: tuple[str, ...] = (
+    "run_id", "n_steps", "n_partial_steps", "n_warmup_steps", "step_s", "data_s", "compute_s", "exposed_s",
+    "straggler_s", "other_s", "sync_total_s", "time_per_sample_s", "throughput_samples_per_s", "data_frac",
+    "sync_exposed_frac", "outlier", "contention", "contention_evidence", "rank_cpu_pct", "host_cpus",
+    "ranks_per_host", "slowest_counts",
+)
 
 
 def _baseline_rows(
     per_run: pd.DataFrame, group: pd.DataFrame, baseline: str | Mapping[str, object], match: Sequence[str]
 ) -> pd.DataFrame:
-    if isinstance(baseline, Mapping):
-        mask = pd.Series(True, index=per_run.index)
-        for col, val in baseline.items():
-            mask &= per_run[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else per_run[col] == val
-        cand = per_run[mask.fillna(False).astype(bool)]
-        return _same_as_group(cand, group, [c for c in match if c not in baseline and c not in PLACEMENT_AXES])
-    if baseline == "min":
-        return group[group["n_ranks"] == group["n_ranks"].min()]
-    if baseline == "none":
-        return _same_as_group(per_run[per_run["framework"] == "none"], group, match)
-    raise ScalescopeError(f"baseline must be 'none', 'min' or a mapping of run columns, not {baseline!r}")
+    from analysis.metrics.measures import select_baseline
+
+    return select_baseline(per_run, group, baseline, match, placement=PLACEMENT_AXES)
 
 
-def _same_as_group(cand: pd.DataFrame, group: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
-    """The candidate baseline rows that share each of ``cols`` with the group (where the
-    group has one value of it)."""
-    for col in cols:
-        vals = group[col].dropna().unique()
-        if len(vals) == 1:
-            cand = cand[cand[col] == vals[0]]
-    return cand
+def unit_time(per_run: pd.DataFrame, mode: str) -> pd.Series:
+    """One rank's time per sample of each run (``time_per_sample_s`` where the steps gave it),
+    else from the epochs: n · epoch time / samples per epoch; without samples, a quantity
+    proportional to it (n · epoch time for strong scaling, n / throughput for weak), which
+    gives the same speedups."""
+    n = per_run["n_ranks"].astype(float)
+    t = per_run["time_per_sample_s"].astype(float) if "time_per_sample_s" in per_run else pd.Series(np.nan, per_run.index)
+    if "samples_per_epoch" in per_run:
+        t = t.fillna(n * per_run["epoch_time_s"].astype(float) / per_run["samples_per_epoch"].astype(float))
+    if not t.isna().any():
+        return t
+    weak = pd.Series(_row_modes(per_run, mode) == "weak", index=per_run.index)
+    nan = pd.Series(np.nan, index=per_run.index)
+    x = per_run["throughput_samples_per_s"].astype(float) if "throughput_samples_per_s" in per_run else nan
+    e = per_run["epoch_time_s"].astype(float) if "epoch_time_s" in per_run else nan
+    return t.fillna(pd.Series(np.where(weak, n / x, n * e), index=per_run.index))
+
+
+def outlier_reasons(per_run: pd.DataFrame, by: Sequence[str], t: pd.Series) -> pd.Series:
+    """Per run: None when it counts, else why it is an outlier (:mod:`analysis.metrics.stats`)."""
+    if "outlier" in per_run:
+        return per_run["outlier"]
+    from analysis.metrics.measures import outliers
+
+    return outliers(per_run.assign(_t=t), value="_t", extra=by)
 
 
 def run_speedups(
@@ -142,50 +210,55 @@ def run_speedups(
     by: Sequence[str] = ("config_backend", "batch_size"),
     match: Sequence[str] = ("batch_size",),
 ) -> pd.DataFrame:
-    """Speedup and efficiency of every run against a baseline.
+    """Speedup and efficiency of every run against its baseline's mean.
 
     Parameters
     ----------
     per_run
-        One row per run with ``n_ranks``, ``epoch_time_s``, ``throughput_samples_per_s``,
-        ``framework`` and the ``by`` columns (e.g. :func:`run_summary`).
+        One row per run with ``n_ranks``, ``framework``, the ``by`` columns and
+        ``time_per_sample_s`` (:func:`run_summary`), or else ``epoch_time_s`` and
+        ``throughput_samples_per_s``.
     baseline
-        ``"none"`` (default): the runs without a framework (``framework == "none"``) that
-        agree with the group on the ``match`` columns; ``"min"``: the group's runs with the
-        fewest ranks; a mapping ``{column: value}`` picks the baseline runs explicitly.
-        Repeats of the baseline are combined by their median.
+        ``"none"`` (default): the one-process runs without a framework that agree with the
+        group on the ``match`` columns; ``"min"``: the group's runs with the fewest ranks; a
+        mapping ``{column: value}`` picks the baseline runs explicitly
+        (:func:`analysis.metrics.measures.select_baseline`, the one rule).
     mode
-        ``"strong"`` (fixed problem): speedup = T(n0) / T(n) from epoch times;
-        ``"weak"`` (fixed work per rank): speedup = X(n) / X(n0) from throughputs;
-        ``"auto"``: each run's own ``scaling`` column (``scalescope sweep --scaling``), which
-        is then added to ``by``.
+        ``"strong"``, ``"weak"`` or ``"auto"`` (each run's ``scaling`` column, then added to
+        ``by``). With ``time_per_sample_s`` the numbers are the same in every mode; the mode
+        matters only for runs without it (see Notes).
     by
-        Columns that define a configuration (one scaling curve each), e.g. ``("partition",
-        "config_backend")`` for one curve per partition and backend.
+        Columns that define a configuration.
     match
         Columns a ``"none"`` baseline must share with the configuration; the
-        :data:`PLACEMENT_AXES` in ``by`` are added (each partition's own baseline). A mapping
-        baseline such as ``{"partition": "alpha", "framework": "none", "n_ranks": 1}`` (one
-        baseline for every partition, as the reference study did) shares the ``match``
-        columns it does not name, but none of the placement axes.
+        :data:`PLACEMENT_AXES` in ``by`` are added (each partition's own baseline).
 
     Returns
     -------
     pandas.DataFrame
         ``per_run`` plus ``baseline_n_ranks``, ``baseline_epoch_time_s``,
-        ``baseline_throughput_samples_per_s``, ``speedup``, ``efficiency_frac``.
+        ``baseline_throughput_samples_per_s``, ``speedup``, ``efficiency_frac`` and
+        ``outlier``.
 
     Notes
     -----
-    Strong scaling: speedup = T(n0)/T(n); weak scaling: speedup = X(n)/X(n0) (scaled
-    speedup); in both, efficiency = speedup · n0/n, where n0 is the baseline's rank count.
+    With t a run's time per sample on one rank and t̄0 the mean over the baseline's runs
+    (outliers left out): speedup = (n/n0) · t̄0/t = X(n)/X(n0), the throughput ratio;
+    efficiency = speedup · n0/n = t̄0/t. Without ``time_per_sample_s``, t = n · T /
+    samples per epoch from the epoch time T; without samples either, n·T (strong: speedup
+    T0/T) or n/X (weak: X/X0).
     """
     by, match = _by_match(per_run, by, match, mode)
-    require_columns(per_run, ("n_ranks", "epoch_time_s", "throughput_samples_per_s", "framework", *by),
-                    "run_speedups")
+    require_columns(per_run, ("n_ranks", "framework", *by), "run_speedups")
+    if "time_per_sample_s" not in per_run:
+        require_columns(per_run, ("epoch_time_s", "throughput_samples_per_s"), "run_speedups")
+    pr = per_run.reset_index(drop=True)
+    pr["_t"] = unit_time(pr, mode)
+    pr["outlier"] = outlier_reasons(pr, by, pr["_t"]).to_numpy()
+    ok = pr[pr["outlier"].isna()]
     parts = []
-    for _, group in per_run.groupby(list(by), sort=True, dropna=False):
-        base = _baseline_rows(per_run, group, baseline, match)
+    for _, group in pr.groupby(list(by), sort=True, dropna=False):
+        base = _baseline_rows(ok, group[group["outlier"].isna()], baseline, match)
         g = group.copy()
         if base.empty:
             raise ScalescopeError(
@@ -193,18 +266,20 @@ def run_speedups(
                 + ", ".join(f"{c}={group[c].iloc[0]}" for c in by)
                 + "; pass baseline='min' to compare with the fewest ranks instead"
             )
-        g["baseline_n_ranks"] = float(base["n_ranks"].median())
-        g["baseline_epoch_time_s"] = float(base["epoch_time_s"].median())
-        g["baseline_throughput_samples_per_s"] = float(base["throughput_samples_per_s"].median())
+        g["baseline_n_ranks"] = float(base["n_ranks"].astype(float).mean())
+        g["_t0"] = float(base["_t"].mean())
+        g["baseline_epoch_time_s"] = float(base["epoch_time_s"].mean()) if "epoch_time_s" in base else np.nan
+        g["baseline_throughput_samples_per_s"] = (float(base["throughput_samples_per_s"].mean())
+                                                  if "throughput_samples_per_s" in base else np.nan)
+        g["_base_ids"] = ",".join(map(str, base.index))
         parts.append(g)
-    out = pd.concat(parts).sort_index() if parts else per_run.iloc[0:0].copy()
+    out = pd.concat(parts).sort_index() if parts else pr.iloc[0:0].assign(_t0=np.nan, _base_ids="")
     for col in ("baseline_n_ranks", "baseline_epoch_time_s", "baseline_throughput_samples_per_s"):
         if col not in out:
             out[col] = pd.Series(dtype=float)
-    weak = _row_modes(out, mode) == "weak"
-    out["speedup"] = np.where(weak, out["throughput_samples_per_s"] / out["baseline_throughput_samples_per_s"],
-                              out["baseline_epoch_time_s"] / out["epoch_time_s"])
-    out["efficiency_frac"] = out["speedup"] * out["baseline_n_ranks"] / out["n_ranks"].astype(float)
+    n = out["n_ranks"].astype(float)
+    out["efficiency_frac"] = out["_t0"] / out["_t"]
+    out["speedup"] = out["efficiency_frac"] * n / out["baseline_n_ranks"]
     return out.reset_index(drop=True)
 
 
@@ -234,27 +309,36 @@ def scaling_table(
     mode: Literal["strong", "weak", "auto"] = "strong",
     by: Sequence[str] = ("config_backend", "batch_size"),
     match: Sequence[str] = ("batch_size",),
+    confidence: float = CONFIDENCE,
 ) -> pd.DataFrame:
-    """One row per configuration and rank count: epoch time, throughput, speedup and
-    efficiency with the spread over repeats.
+    """One row per configuration and rank count: time per sample, throughput, speedup and
+    efficiency with intervals over the repeats of both sides, and the epoch time.
 
-    Parameters are those of :func:`run_speedups`.
+    Parameters are those of :func:`run_speedups`; ``confidence`` is the level of the
+    intervals.
 
     Returns
     -------
     pandas.DataFrame
-        The ``by`` columns, ``n_ranks``, ``framework`` (when the runs have it; ``none`` marks
-        the baseline), ``n_nodes``, ``n_runs``, ``epoch_time_s_median/_min/_max/_std``,
-        ``throughput_samples_per_s_median/_min/_max/_std``, ``baseline_n_ranks``,
-        ``baseline_epoch_time_s``, ``speedup`` (from the median), ``speedup_min``,
-        ``speedup_max`` (over repeats), ``efficiency_frac`` (0-1 for linear scaling and
-        below), ``efficiency_min_frac``, ``efficiency_max_frac``.
+        The ``by`` columns, ``n_ranks``, ``framework`` (``none`` marks the baseline),
+        ``n_nodes``, ``n_runs`` (repeats used), ``n_outliers`` and ``outliers`` (repeats
+        left out, by name), ``epoch_time_s_median/_min/_max/_std`` (as recorded, over
+        repeats), ``throughput_samples_per_s_median/_min/_max/_std`` (per run),
+        ``time_per_sample_s`` and ``throughput_samples_per_s`` (= n / time_per_sample_s)
+        where the runs have step measures, ``baseline_n_ranks``, ``baseline_epoch_time_s``,
+        ``ideal_epoch_time_s`` (strong: baseline epoch · n0/n; weak: baseline epoch),
+        ``speedup`` and ``efficiency_frac`` (0-1 for linear scaling and below) with
+        ``_ci_low``/``_ci_high``, ``speedup_min``/``speedup_max`` and
+        ``efficiency_min_frac``/``efficiency_max_frac`` (the individual repeats),
+        ``efficiency_frac_verdict`` (is the loss against ideal, 1, distinguishable from noise)
+        and ``repeats_for_5pct``.
 
     Notes
     -----
-    Strong scaling: speedup = T(n0)/T̃(n) with T̃ the median epoch time over repeats;
-    weak scaling: speedup = X̃(n)/X(n0). Efficiency = speedup · n0/n. The ``_min``/``_max``
-    columns are the same formulas applied to each repeat.
+    Speedup = (n/n0) · t̄0/t̄ = X(n)/X(n0) and efficiency = speedup · n0/n = t̄0/t̄, with t̄ the
+    mean time per sample over the configuration's repeats and t̄0 the baseline's (outliers
+    left out, :func:`run_speedups`). Intervals: :func:`analysis.metrics.stats.delta_interval`
+    over both sides' runs; none below 3 repeats on a side.
 
     Examples
     --------
@@ -265,36 +349,131 @@ def scaling_table(
     >>> t[["config_backend", "n_ranks", "speedup", "efficiency_frac"]].round(3).values.tolist()
     [['ddp', 1, 0.909, 0.909], ['ddp', 2, 1.667, 0.833], ['none', 1, 1.0, 1.0]]
     """
+    from analysis.metrics.stats import delta_interval, repeats_to_resolve, run_cv, verdict
+
     sp = run_speedups(per_run, baseline=baseline, mode=mode, by=by, match=match)
     by, _ = _by_match(per_run, by, match, mode)
+    steps = "time_per_sample_s" in sp and sp["time_per_sample_s"].notna().any()
     rows = []
-    for key, g in sp.groupby([*by, "n_ranks"], sort=True, dropna=False):
+    for key, g_all in sp.groupby([*by, "n_ranks"], sort=True, dropna=False):
         row = dict(zip([*by, "n_ranks"], key if isinstance(key, tuple) else (key,), strict=False))
+        g = g_all[g_all["outlier"].isna()]
+        if g.empty:
+            continue
         if "framework" in g and "framework" not in row:
             row["framework"] = g["framework"].iloc[0]
         row["n_nodes"] = g["n_nodes"].max() if "n_nodes" in g else np.nan
         row["n_runs"] = len(g)
-        row.update(spread(g["epoch_time_s"], "epoch_time_s"))
-        row.update(spread(g["throughput_samples_per_s"], "throughput_samples_per_s"))
-        n0 = float(g["baseline_n_ranks"].iloc[0])
-        t0 = float(g["baseline_epoch_time_s"].iloc[0])
-        x0 = float(g["baseline_throughput_samples_per_s"].iloc[0])
-        row["baseline_n_ranks"] = n0
-        row["baseline_epoch_time_s"] = t0
-        if _row_modes(g.iloc[:1], mode)[0] == "strong":
-            row["speedup"] = t0 / row["epoch_time_s_median"]
-            row["speedup_min"] = t0 / row["epoch_time_s_max"]
-            row["speedup_max"] = t0 / row["epoch_time_s_min"]
-        else:
-            row["speedup"] = row["throughput_samples_per_s_median"] / x0
-            row["speedup_min"] = row["throughput_samples_per_s_min"] / x0
-            row["speedup_max"] = row["throughput_samples_per_s_max"] / x0
+        row["n_outliers"] = len(g_all) - len(g)
+        row["outliers"] = "; ".join(f"{r}: {w}" for r, w in zip(g_all["run_id"], g_all["outlier"], strict=True)
+                                    if w is not None and w == w) or None if "run_id" in g_all else None
+        if "epoch_time_s" in g:
+            row.update(spread(g["epoch_time_s"], "epoch_time_s"))
+        if "throughput_samples_per_s" in g:
+            row.update(spread(g["throughput_samples_per_s"], "throughput_samples_per_s"))
         n = float(row["n_ranks"])
-        row["efficiency_frac"] = row["speedup"] * n0 / n
-        row["efficiency_min_frac"] = row["speedup_min"] * n0 / n
-        row["efficiency_max_frac"] = row["speedup_max"] * n0 / n
+        base = sp.loc[[int(i) for i in str(g["_base_ids"].iloc[0]).split(",") if i != ""]] \
+            if "_base_ids" in g else g.iloc[0:0]
+        n0 = float(g["baseline_n_ranks"].iloc[0])
+        t0 = float(g["_t0"].iloc[0])
+        if steps:
+            row["time_per_sample_s"] = float(g["_t"].mean())
+            row["throughput_samples_per_s"] = n / row["time_per_sample_s"]
+        row["baseline_n_ranks"] = n0
+        row["baseline_epoch_time_s"] = float(g["baseline_epoch_time_s"].iloc[0])
+        mode_here = _row_modes(g.iloc[:1], mode)[0]
+        row["ideal_epoch_time_s"] = row["baseline_epoch_time_s"] * (n0 / n if mode_here == "strong" else 1.0)
+
+        def fn(means, n=n, n0=n0):
+            eff = means[0][0] / means[1][0]
+            return np.array([eff * n / n0, eff])
+
+        base_t = base["_t"].to_numpy(float)[:, None] if len(base) else np.array([[t0]])
+        est, lo, hi = delta_interval(fn, [base_t, g["_t"].to_numpy(float)[:, None]], confidence=confidence,
+                                     log=True)
+        same = set(base.index) == set(g.index)
+        if same:  # the baseline is this row itself: exactly 1, no interval needed
+            est, lo, hi = np.array([n / n0, 1.0]), np.array([n / n0, 1.0]), np.array([n / n0, 1.0])
+        row["speedup"], row["speedup_ci_low"], row["speedup_ci_high"] = float(est[0]), float(lo[0]), float(hi[0])
+        row["speedup_min"], row["speedup_max"] = float(g["speedup"].min()), float(g["speedup"].max())
+        row["efficiency_frac"] = float(est[1])
+        row["efficiency_frac_ci_low"], row["efficiency_frac_ci_high"] = float(lo[1]), float(hi[1])
+        row["efficiency_min_frac"] = float(g["efficiency_frac"].min())
+        row["efficiency_max_frac"] = float(g["efficiency_frac"].max())
+        row["efficiency_frac_verdict"] = None if same else verdict(lo[1], hi[1], 1.0)
+        cvs = [c for c in (run_cv(g["_t"]), run_cv(base["_t"]) if len(base) else np.nan) if np.isfinite(c)]
+        row["repeats_for_5pct"] = repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan
+        for c in ("data_frac", "sync_exposed_frac"):
+            if c in g and {"data_s", "exposed_s", "step_s"} <= set(g.columns):
+                num = "data_s" if c == "data_frac" else "exposed_s"
+                row[c] = float(g[num].mean() / g["step_s"].mean())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def compare_groups(
+    per_run: pd.DataFrame,
+    *,
+    axis: str,
+    keys: Sequence[str] = ("config_backend", "batch_size", "n_ranks"),
+    reference: object = None,
+    confidence: float = CONFIDENCE,
+) -> pd.DataFrame:
+    """Each value of ``axis`` against a reference value on the same configuration: the
+    ratio of mean times per sample with its interval and a verdict.
+
+    Parameters
+    ----------
+    per_run
+        :func:`run_summary` (``time_per_sample_s``), or epoch times.
+    axis
+        What is compared: ``partition``, ``batch_size``, ``config_backend``, a ``vary_*`` or
+        ``label_*`` column (an A/A test: the same configuration under two labels).
+    keys
+        Columns that must be equal for two runs to be compared (``axis`` left out).
+    reference
+        The axis value every other is compared with; default the first in sort order (the
+        smallest batch size).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per ``keys`` and ``axis`` value: ``n_runs`` (outliers left out),
+        ``time_per_sample_s`` (mean), ``relative_time`` (t̄ / t̄ of the reference) with
+        ``relative_time_ci_low``/``_ci_high``, ``relative_time_verdict`` (against 1; None on
+        the reference row) and ``repeats_for_5pct``.
+    """
+    from analysis.metrics.stats import pooled_repeats, ratio, verdict
+
+    keys = [k for k in keys if k != axis]
+    require_columns(per_run, (axis, "n_ranks", *keys), "compare_groups")
+    pr = per_run.reset_index(drop=True)
+    pr["_t"] = unit_time(pr, "strong") if ("time_per_sample_s" in pr or "samples_per_epoch" in pr) \
+        else pr["epoch_time_s"].astype(float)
+    pr = pr[outlier_reasons(pr, [*keys, axis], pr["_t"]).isna().to_numpy() & pr["_t"].notna().to_numpy()]
+    rows = []
+    for key, g in pr.groupby(keys, sort=True, dropna=False) if keys else [((), pr)]:
+        key = key if isinstance(key, tuple) else (key,)
+        values = g[axis].dropna().unique().tolist()
+        try:
+            values = sorted(values)
+        except TypeError:
+            values = sorted(values, key=str)
+        if len(values) < 2:
+            continue
+        ref = reference if reference is not None and reference in values else values[0]
+        r0 = g[g[axis] == ref]
+        for v in values:
+            gv = g[g[axis] == v]
+            est, lo, hi = ratio(gv["_t"], r0["_t"], same=v == ref, confidence=confidence)
+            rows.append({**dict(zip(keys, key, strict=True)), axis: v, "reference": v == ref, "n_runs": len(gv),
+                         "time_per_sample_s": float(gv["_t"].mean()), "relative_time": est,
+                         "relative_time_ci_low": lo, "relative_time_ci_high": hi,
+                         "relative_time_verdict": None if v == ref else verdict(lo, hi, 1.0),
+                         "repeats_for_5pct": pooled_repeats(gv["_t"], r0["_t"])})
+    return pd.DataFrame(rows, columns=[*keys, axis, "reference", "n_runs", "time_per_sample_s", "relative_time",
+                                       "relative_time_ci_low", "relative_time_ci_high", "relative_time_verdict",
+                                       "repeats_for_5pct"])
 
 
 def fit_speedup(

@@ -14,12 +14,18 @@ import pandas as pd
 
 from analysis.metrics._common import plain, require_columns
 from analysis.metrics._mapping import maps_over
-from analysis.metrics.breakdown import IN_FLIGHT_CATS, WARMUP, time_breakdown
+from analysis.metrics.breakdown import (
+    IN_FLIGHT_CATS,
+    WARMUP,
+    step_times,
+    time_breakdown,
+    warmup_steps,
+)
 
 
 @maps_over(unit="rank", timeline_rank=0)  # time_breakdown's, with its default timeline_rank
 def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CATS,
-               warmup: int | str | None = WARMUP) -> pd.DataFrame:
+               warmup: int | str | None = WARMUP, keep_warmup: bool = False) -> pd.DataFrame:
     """Both gradient-synchronisation times of every step: one row per rank and step.
 
     Parameters
@@ -34,13 +40,18 @@ def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CAT
     warmup
         Warm-up steps dropped on every rank (see
         :func:`~analysis.metrics.breakdown.warmup_count`).
+    keep_warmup
+        Keep the warm-up steps too, flagged in a ``warmup`` column (so that
+        :func:`sync_cost` counts every synchronisation of an epoch but times only the
+        kept ones); an event frame only.
 
     Returns
     -------
     pandas.DataFrame
         One row per (run_id, rank, epoch, step): ``sync_total_s`` (a gradient collective
-        in flight) and ``sync_exposed_s`` (the training thread waiting for it), in s.
-        Ranks without any synchronisation record (runs without a framework) give no rows.
+        in flight) and ``sync_exposed_s`` (the training thread waiting for it), in s (and
+        ``warmup`` with ``keep_warmup``). Ranks without any synchronisation record (runs
+        without a framework) give no rows.
 
     Notes
     -----
@@ -56,9 +67,16 @@ def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CAT
         tl_runs = set(plain(events.loc[plain(events["source"]) == "horovod", "run_id"]))
         ranks |= {(r, k) for r, k in zip(plain(events["run_id"]), events["rank"].astype(object), strict=True)
                   if r in tl_runs and k == 0}
-    per_step = time_breakdown(events, level="step", comm_cats=comm_cats, warmup=warmup)
+    per_step = time_breakdown(events, level="step", comm_cats=comm_cats, warmup=0 if keep_warmup else warmup)
     keep = [(r, k) in ranks for r, k in zip(per_step["run_id"], per_step["rank"].astype(object), strict=True)]
     out = per_step.loc[keep, ["run_id", "rank", "epoch", "step", "sync_total_s", "sync_exposed_s"]]
+    if keep_warmup:
+        w = step_times(events)
+        k4 = ["run_id", "rank", "epoch", "step"]
+        w = w.assign(warmup=warmup_steps(w, warmup))[[*k4, "warmup"]].astype({c: object for c in k4})
+        out = out.astype({c: object for c in k4}).merge(w.drop_duplicates(k4), on=k4, how="left")
+        out["warmup"] = out["warmup"].fillna(False).astype(bool)
+        out = out.astype({"rank": "Int32", "epoch": "Int32", "step": "Int32"})
     return out.reset_index(drop=True)
 
 
@@ -77,7 +95,7 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
     Returns
     -------
     pandas.DataFrame
-        One row per run: ``n_syncs``, ``n_rank_epochs``; on ``sync_total`` (the cost of a
+        One row per run: ``n_syncs`` (timed), ``n_batches`` (all), ``n_rank_epochs``; on ``sync_total`` (the cost of a
         synchronisation): ``sync_median_s``, ``sync_q25_s``, ``sync_q75_s``,
         ``sync_min_s``, ``sync_max_s``, ``sync_mean_s``, ``sync_sum_s``,
         ``syncs_per_epoch``, ``sync_per_epoch_s``; on ``sync_exposed`` (what the step
@@ -86,24 +104,30 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
 
     Notes
     -----
-    With S the sum of all ``sync_total`` times of a run, k the number of
-    synchronisations and E the number of (rank, epoch) pairs:
-    ``sync_mean_s = S/k``, ``syncs_per_epoch = k/E`` (= batches per rank per epoch),
-    ``sync_per_epoch_s = S/E = syncs_per_epoch · sync_mean_s``; the ``exposed_*`` columns
-    are the same with the ``sync_exposed`` times. Median and quartiles are over all
-    synchronisations of all ranks.
+    With S the sum of the ``sync_total`` times of a run's kept (not warm-up) steps, k their
+    number, K the number of all its synchronisations (warm-up included: ``n_batches``; the
+    rows given when ``syncs`` has no ``warmup`` column) and E the number of (rank, epoch)
+    pairs: ``sync_mean_s = S/k``, ``syncs_per_epoch = K/E`` (exactly the batches per rank
+    per epoch), ``sync_per_epoch_s = syncs_per_epoch · sync_mean_s``; the ``exposed_*``
+    columns are the same with the ``sync_exposed`` times. Median and quartiles are over
+    the kept synchronisations of all ranks.
     """
     require_columns(syncs, ("run_id", "rank", "epoch", "sync_total_s", "sync_exposed_s"), "sync_cost")
     s = syncs.assign(run_id=syncs["run_id"].astype(object))
     rows = []
-    for run_id, g in s.groupby("run_id", sort=True):
+    for run_id, g_all in s.groupby("run_id", sort=True):
+        g = g_all[~g_all["warmup"].astype(bool)] if "warmup" in g_all else g_all
+        if g.empty:
+            continue
         v = g["sync_total_s"].to_numpy(float)
         x = g["sync_exposed_s"].to_numpy(float)
-        n_re = len(g[["rank", "epoch"]].astype(object).drop_duplicates())
+        n_re = len(g_all[["rank", "epoch"]].astype(object).drop_duplicates())
         total, exposed = float(v.sum()), float(x.sum())
+        per_epoch = len(g_all) / n_re
         rows.append({
             "run_id": run_id,
             "n_syncs": len(v),
+            "n_batches": len(g_all),
             "n_rank_epochs": n_re,
             "sync_median_s": float(np.median(v)),
             "sync_q25_s": float(np.quantile(v, 0.25)),
@@ -112,20 +136,22 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
             "sync_max_s": float(v.max()),
             "sync_mean_s": total / len(v),
             "sync_sum_s": total,
-            "syncs_per_epoch": len(v) / n_re,
-            "sync_per_epoch_s": total / n_re,
+            "syncs_per_epoch": per_epoch,
+            "sync_per_epoch_s": per_epoch * total / len(v),
             "exposed_mean_s": exposed / len(v),
             "exposed_sum_s": exposed,
-            "exposed_per_epoch_s": exposed / n_re,
+            "exposed_per_epoch_s": per_epoch * exposed / len(v),
             "exposed_frac_of_total": exposed / total if total > 0 else np.nan,
         })
-    out = pd.DataFrame(rows, columns=["run_id", "n_syncs", "n_rank_epochs", "sync_median_s", "sync_q25_s",
+    out = pd.DataFrame(rows, columns=["run_id", "n_syncs", "n_batches", "n_rank_epochs", "sync_median_s", "sync_q25_s",
                                       "sync_q75_s", "sync_min_s", "sync_max_s", "sync_mean_s", "sync_sum_s",
                                       "syncs_per_epoch", "sync_per_epoch_s", "exposed_mean_s", "exposed_sum_s",
                                       "exposed_per_epoch_s", "exposed_frac_of_total"])
     if runs is not None:
+        # placement columns only where recorded (no empty columns posing as data)
         meta = [c for c in ("run_id", "framework", "backend", "config_backend", "n_ranks", "n_nodes",
-                            "batch_size", "repeat", "cluster", "partition", "gpu_model") if c in runs.columns]
+                            "batch_size", "repeat", "cluster", "partition", "gpu_model") if c in runs.columns
+                and (c not in ("cluster", "partition", "gpu_model") or runs[c].notna().any())]
         out = runs[meta].merge(out, on="run_id", how="inner")
     return out
 
@@ -152,7 +178,7 @@ def sync_scaling(cost: pd.DataFrame, *, by: Sequence[str] = ("config_backend", "
 
     Notes
     -----
-    Repeats are pooled (sums of S, k and E, see :func:`sync_cost`) so that
+    Repeats are pooled (sums of S, k, K and E, see :func:`sync_cost`) so that
     ``sync_per_epoch_s = syncs_per_epoch · sync_mean_s`` holds per row and
     ``sync_per_epoch_ratio = syncs_ratio · time_per_sync_ratio`` exactly.
     """
@@ -160,19 +186,20 @@ def sync_scaling(cost: pd.DataFrame, *, by: Sequence[str] = ("config_backend", "
     rows = []
     for key, g in cost.groupby([*by, "n_ranks"], sort=True, dropna=False):
         k, e, s = g["n_syncs"].sum(), g["n_rank_epochs"].sum(), g["sync_sum_s"].sum()
+        kk = g["n_batches"].sum() if "n_batches" in g else k
         x = g["exposed_sum_s"].sum() if "exposed_sum_s" in g else np.nan
         row = dict(zip([*by, "n_ranks"], key, strict=False))
         row.update({
             "n_nodes": g["n_nodes"].max() if "n_nodes" in g else np.nan,
             "n_runs": len(g),
-            "syncs_per_epoch": k / e,
+            "syncs_per_epoch": kk / e,
             "sync_mean_s": s / k,
             "sync_median_s": float(g["sync_median_s"].median()),
             "sync_min_s": float(g["sync_min_s"].min()),
             "sync_max_s": float(g["sync_max_s"].max()),
-            "sync_per_epoch_s": s / e,
+            "sync_per_epoch_s": kk / e * s / k,
             "exposed_mean_s": x / k,
-            "exposed_per_epoch_s": x / e,
+            "exposed_per_epoch_s": kk / e * x / k,
         })
         rows.append(row)
     out = pd.DataFrame(rows)

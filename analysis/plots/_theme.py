@@ -205,6 +205,7 @@ CAUSE_COLOURS: dict[str, str] = {
     "sync": "#D55E00",
     "straggler": "#E69F00",
     "data": "#56B4E9",
+    "contention": "#F0E442",
     "compute": "#009E73",
     "other": "#BBBBBB",
 }
@@ -215,6 +216,7 @@ CAUSE_LABELS: dict[str, str] = {
     "sync": "exposed sync",
     "straggler": "waiting for the slowest rank",
     "data": "data loading",
+    "contention": "CPU contention",
     "compute": "compute",
     "other": "other / idle",
 }

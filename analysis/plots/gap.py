@@ -20,7 +20,7 @@ from analysis.plots._theme import (
 
 #: Short names of the waterfall's bars (the axis of each small panel).
 _SHORT = {"framework": "framework", "sync": "sync", "straggler": "straggler", "data": "data",
-          "compute": "compute", "other": "other"}
+          "contention": "contention", "compute": "compute", "other": "other"}
 
 
 def plot_scaling_loss(loss: pd.DataFrame, *, by: Sequence[str] = ("config_backend", "batch_size", "inject"),

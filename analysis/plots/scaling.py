@@ -136,29 +136,34 @@ def plot_sync(table: pd.DataFrame, *, by: str = "config_backend",
 
 
 def plot_overhead(table: pd.DataFrame, *, title: str = "Framework overhead at one rank") -> go.Figure:
-    """Bars of the baseline's and each framework's one-rank epoch time (ms, or s for long
-    epochs), one pair per configuration (framework and batch size: never stacked or pooled),
-    labelled with the overhead in % (:func:`analysis.metrics.overhead.framework_overhead`)."""
+    """Bars of the baseline's and each framework's one-rank time per sample (µs; epoch time
+    where the table has no time per sample), one pair per configuration (framework and batch
+    size: never stacked or pooled), labelled with the overhead in %
+    (:func:`analysis.metrics.overhead.framework_overhead`: the overhead is measured on the
+    time per sample, ``docs/metrics.md``)."""
     require_columns(table, ["config_backend", "epoch_time_s", "baseline_epoch_time_s", "overhead_pct"], "plot_overhead")
     t = table.sort_values([c for c in ("config_backend", "batch_size") if c in table.columns])
     many_bs = "batch_size" in t.columns and t["batch_size"].nunique() > 1
     labels = [f"{r.config_backend}, bs {r.batch_size}" if many_bs else str(r.config_backend)
               for r in t.itertuples(index=False)]
-    unit, k = time_axis(pd.concat([t["epoch_time_s"], t["baseline_epoch_time_s"]]))
-    base, own = (t["baseline_epoch_time_s"] * k).tolist(), (t["epoch_time_s"] * k).tolist()
+    per_sample = all(c in t.columns and t[c].notna().all()
+                     for c in ("time_per_sample_s", "baseline_time_per_sample_s"))
+    col, what = ("time_per_sample_s", "time per sample") if per_sample else ("epoch_time_s", "epoch time")
+    unit, k = ("µs", 1e6) if per_sample else time_axis(pd.concat([t["epoch_time_s"], t["baseline_epoch_time_s"]]))
+    base, own = (t[f"baseline_{col}"] * k).tolist(), (t[col] * k).tolist()
     fig = go.Figure()
     fig.add_trace(go.Bar(name="baseline (no framework)", x=labels, y=base, marker_color="#BBBBBB",
-                         hovertemplate=f"<b>%{{x}}</b><br>baseline epoch time: %{{y:.3g}} {unit}<extra></extra>"))
+                         hovertemplate=f"<b>%{{x}}</b><br>baseline {what}: %{{y:.3g}} {unit}<extra></extra>"))
     fig.add_trace(go.Bar(name="framework, 1 rank", x=labels, y=own, marker_color=PALETTE[0],
                          text=[f"+{v:.1f} %" if v >= 0 else f"{v:.1f} %" for v in t["overhead_pct"]],
                          textposition="outside", cliponaxis=False, textfont={"size": 12},
                          customdata=t["overhead_pct"].tolist(),
-                         hovertemplate=f"<b>%{{x}}</b><br>epoch time: %{{y:.3g}} {unit}<br>overhead: "
+                         hovertemplate=f"<b>%{{x}}</b><br>{what}: %{{y:.3g}} {unit}<br>overhead: "
                                        "%{customdata:+.1f} %<extra></extra>"))
     top = max([*base, *own, 0.0])
     fig.update_layout(barmode="group", title=title)
     fig.update_xaxes(title_text="configuration", type="category", tickangle=-30 if many_bs else 0)
-    fig.update_yaxes(title_text=f"epoch time ({unit})", range=[0, top * 1.15 if top > 0 else 1])
+    fig.update_yaxes(title_text=f"{what} ({unit})", range=[0, top * 1.15 if top > 0 else 1])
     return apply_theme(fig)
 
 

@@ -60,7 +60,8 @@ def test_backend_comparison():
     sync = pd.DataFrame({"run_id": ["g", "m", "g2", "m2"], "sync_mean_s": [0.2, 0.1, 0.3, 0.5],
                          "exposed_mean_s": [0.1, 0.05, 0.2, 0.4]})
     t = backend_comparison(pr, sync=sync).set_index(["n_ranks", "config_backend"])
-    assert t.loc[(2, "hvd-gloo"), "relative_epoch_time"] == pytest.approx(1.25)
+    assert t.loc[(2, "hvd-gloo"), "relative_time"] == pytest.approx(1.25)
+    assert t.loc[(2, "hvd-gloo"), "relative_time_verdict"] == "no interval (n<3)"
     assert bool(t.loc[(2, "hvd-mpi"), "is_fastest"])
     assert t.loc[(4, "hvd-mpi"), "placement"] == "inter-node"
     assert t.loc[(4, "hvd-mpi"), "sync_per_step_s"] == pytest.approx(0.5)

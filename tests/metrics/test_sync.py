@@ -86,3 +86,15 @@ def test_sync_cost_and_decomposition():
     assert t["fewer_syncs_win"].tolist() == [False, False, True]
     # the identity the decomposition rests on
     assert (t["syncs_per_epoch"] * t["sync_mean_s"]).tolist() == pytest.approx(t["sync_per_epoch_s"].tolist())
+
+
+def test_syncs_per_epoch_counts_warmup_steps_but_times_only_kept_ones():
+    # 2 ranks, 5 syncs per rank and epoch, two epochs: the warm-up drops the first step of
+    # each rank, yet an epoch still has 5 batches per rank
+    ev = concat([_run("r", 2, 5, 2000, epochs=2)])
+    syncs = sync_times(ev, keep_warmup=True)
+    assert syncs["warmup"].sum() == 2
+    c = sync_cost(syncs).iloc[0]
+    assert c["syncs_per_epoch"] == 5
+    assert c["n_syncs"] == 18 and c["n_batches"] == 20
+    assert c["sync_per_epoch_s"] == pytest.approx(5 * c["sync_mean_s"])

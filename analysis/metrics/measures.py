@@ -1,0 +1,375 @@
+"""One definition of each headline quantity (``docs/metrics.md``, "Definitions").
+
+Every study of the report takes its step time, time per sample, throughput, speedup,
+efficiency, overhead and shares from the per-run table of :func:`run_measures`, summarised
+over repeats by :func:`analysis.metrics.stats` (mean over the runs that are not flagged as
+outliers). The unit of work is the *full* step: a step whose batch is smaller than the
+configured batch (the last of an epoch when a rank's shard does not divide by the batch) is
+counted and reported but never compared with a full one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import ScalescopeError
+from analysis.metrics._common import require_columns
+from analysis.metrics.breakdown import WARMUP, step_times, time_breakdown, warmup_steps
+from analysis.metrics.stats import flag_outliers
+
+#: Per-step parts (s) every run measure is a mean of.
+PARTS: tuple[str, ...] = ("step_s", "data_s", "compute_s", "exposed_s", "straggler_s", "other_s", "sync_total_s")
+#: Columns that make two runs repeats of one configuration (with ``n_ranks``), where present.
+CONFIG_COLUMNS: tuple[str, ...] = ("cluster", "partition", "gpu_model", "config_backend", "batch_size", "inject")
+#: Tolerance when telling strong from weak scaling by the samples per epoch.
+MODE_TOL = 0.05
+
+
+def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs: pd.DataFrame | None = None,
+               warmup: int | str | None = WARMUP) -> pd.DataFrame:
+    """Every step of every rank: its parts, whether warm-up dropped it, its samples.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, rank, epoch, step): ``step_s``, ``data_s``, ``compute_s``
+        (forward + backward + optimizer), ``exposed_s`` (``sync_exposed``), ``other_s``,
+        ``sync_total_s``, ``busy_s`` (data + forward + backward), ``wait_s`` (the slowest
+        rank's ``busy_s`` in that step minus this rank's), ``straggler_s``
+        (``min(wait_s, exposed_s)``), ``is_slowest``, ``warmup`` (the warm-up rule drops it),
+        ``samples`` (this rank's samples in the step; NaN when unknown) and ``full`` (a full
+        batch; True when unknown).
+
+    Notes
+    -----
+    The samples of a step come from the rank's epoch metrics (``samples``) and the run's
+    ``batch_size``: with s samples in an epoch and batch b, the epoch's first ⌊s/b⌋ steps
+    are full and the next one holds the remaining s mod b (a partial batch). A rank-epoch
+    whose step count does not match ⌈s/b⌉ (a run stopped mid-epoch) has only its last step
+    marked partial, when s mod b > 0.
+    """
+    b = time_breakdown(events, level="step", warmup=0)
+    out = pd.DataFrame({
+        "run_id": b["run_id"].astype(object), "rank": b["rank"], "epoch": b["epoch"], "step": b["step"],
+        "step_s": b["step_time_s"], "data_s": b["data_s"],
+        "compute_s": b["forward_s"] + b["backward_s"] + b["optimizer_s"],
+        "exposed_s": b["sync_exposed_s"], "other_s": b["other_s"], "sync_total_s": b["sync_total_s"],
+        "busy_s": b["data_s"] + b["forward_s"] + b["backward_s"],
+    })
+    if out.empty:
+        for col, dt in (("wait_s", float), ("straggler_s", float), ("is_slowest", bool), ("warmup", bool),
+                        ("samples", float), ("full", bool)):
+            out[col] = pd.Series(dtype=dt)
+        return out
+    keys = ["run_id", "epoch", "step"]
+    mx = out.groupby(keys, dropna=False, observed=True)["busy_s"].transform("max")
+    n = out.groupby(keys, dropna=False, observed=True)["rank"].transform("size")
+    out["wait_s"] = np.where(n > 1, mx - out["busy_s"], 0.0)
+    out["straggler_s"] = np.minimum(out["wait_s"], out["exposed_s"])
+    out["is_slowest"] = ((out["busy_s"] == mx) & (n > 1)).to_numpy(bool)
+    w = step_times(events)
+    w = w.assign(warmup=warmup_steps(w, warmup), run_id=w["run_id"].astype(object))
+    k4 = ["run_id", "rank", "epoch", "step"]
+    flag = w[[*k4, "warmup"]].astype({c: object for c in k4}).drop_duplicates(k4)
+    out = out.astype({c: object for c in k4[1:]}).merge(flag, on=k4, how="left")
+    out["warmup"] = out["warmup"].fillna(False).astype(bool)
+    out = out.astype({"rank": "Int32", "epoch": "Int32", "step": "Int32"})
+    out = out.sort_values(["run_id", "rank", "epoch", "step"], kind="stable").reset_index(drop=True)
+    out["samples"], out["full"] = _step_samples(out, runs, epochs)
+    return out
+
+
+def _step_samples(steps: pd.DataFrame, runs: pd.DataFrame | None,
+                  epochs: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    n = len(steps)
+    samples = np.full(n, np.nan)
+    full = np.ones(n, dtype=bool)
+    if runs is None or "batch_size" not in runs:
+        return samples, full
+    batch = runs.assign(run_id=runs["run_id"].astype(object)).set_index("run_id")["batch_size"]
+    batch = batch[~batch.index.duplicated()]
+    b = steps["run_id"].map(batch).astype(float).to_numpy()
+    samples = b.copy()
+    if epochs is None or epochs.empty or "samples" not in epochs:
+        return samples, full
+    e = epochs[["run_id", "rank", "epoch", "samples"]].assign(run_id=epochs["run_id"].astype(object))
+    e = e.dropna(subset=["samples"]).drop_duplicates(["run_id", "rank", "epoch"])
+    s = steps[["run_id", "rank", "epoch"]].astype(object).merge(
+        e.astype({"rank": object, "epoch": object}), on=["run_id", "rank", "epoch"], how="left")["samples"]
+    s = s.astype(float).to_numpy()
+    grp = steps.groupby(["run_id", "rank", "epoch"], dropna=False, observed=True, sort=False)
+    pos = grp.cumcount().to_numpy()
+    count = grp["step"].transform("size").to_numpy()
+    ok = np.isfinite(s) & np.isfinite(b) & (b > 0)
+    nfull = np.where(ok, np.floor(s / np.where(ok, b, 1)), np.inf)
+    rem = np.where(ok, s - nfull * np.where(ok, b, 0), 0)
+    exact = ok & (count == nfull + (rem > 0))
+    partial = np.where(exact, pos >= nfull, ok & (rem > 0) & (pos == count - 1))
+    samples = np.where(partial, np.where(exact, np.where(pos == nfull, rem, 0), rem), samples)
+    full = ~partial
+    return samples, full
+
+
+def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the mean of each part over its kept full steps, and the derived rates.
+
+    Parameters
+    ----------
+    steps
+        :func:`step_table`.
+    runs
+        Runs table (``run_id``, ``n_ranks``, ``batch_size``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per run: ``n_steps`` (kept full steps), ``n_partial_steps`` (partial steps
+        left out), ``n_warmup_steps`` (dropped as warm-up), the :data:`PARTS` (s per step),
+        ``time_per_sample_s`` (= step_s / batch_size: one rank's time per sample),
+        ``throughput_samples_per_s`` (= n_ranks · batch_size / step_s), ``data_frac`` and
+        ``sync_exposed_frac`` (of step_s), and the pooled slowest-rank counts
+        ``slowest_counts`` (``{rank: steps it was slowest}``).
+
+    Notes
+    -----
+    Per step (epoch, step) the parts are averaged over ranks, then over the run's kept
+    full steps; a run's step time is therefore the mean over its full steps of the mean over
+    its ranks.
+    """
+    require_columns(runs, ("run_id", "n_ranks", "batch_size"), "run_measures")
+    kept = steps[~steps["warmup"] & steps["full"]]
+    keys = ["run_id", "epoch", "step"]
+    per_key = kept.groupby(keys, dropna=False, observed=True)[list(PARTS)].mean().reset_index()
+    out = per_key.groupby("run_id")[list(PARTS)].mean()
+    out["n_steps"] = per_key.groupby("run_id").size()
+    part = steps[~steps["warmup"] & ~steps["full"]].drop_duplicates(keys).groupby("run_id").size()
+    warm = steps[steps["warmup"]].drop_duplicates(keys).groupby("run_id").size()
+    out["n_partial_steps"] = part.reindex(out.index).fillna(0).astype(int)
+    out["n_warmup_steps"] = warm.reindex(out.index).fillna(0).astype(int)
+    slow = kept[kept["is_slowest"]].groupby(["run_id", "rank"], observed=True).size()
+    out["slowest_counts"] = [
+        {int(k): int(v) for k, v in slow.loc[r].items()} if r in slow.index.get_level_values(0) else {}
+        for r in out.index]
+    out = out.reset_index()
+    meta = runs[["run_id", "n_ranks", "batch_size"]].assign(run_id=runs["run_id"].astype(object))
+    m = out.merge(meta, on="run_id", how="left")
+    b = m["batch_size"].astype(float)
+    out["time_per_sample_s"] = (m["step_s"] / b).to_numpy()
+    out["throughput_samples_per_s"] = (m["n_ranks"].astype(float) * b / m["step_s"]).to_numpy()
+    out["data_frac"] = out["data_s"] / out["step_s"]
+    out["sync_exposed_frac"] = out["exposed_s"] / out["step_s"]
+    cols = ["run_id", "n_steps", "n_partial_steps", "n_warmup_steps", *PARTS, "time_per_sample_s",
+            "throughput_samples_per_s", "data_frac", "sync_exposed_frac", "slowest_counts"]
+    return out[cols]
+
+
+def config_columns(runs: pd.DataFrame, extra: Sequence[str] = ()) -> list[str]:
+    """The :data:`CONFIG_COLUMNS`, every ``vary_*`` and ``label_*`` column (a swept script
+    option makes configurations too) and ``extra`` that the runs table has: the repeat
+    grouping."""
+    swept = [c for c in runs.columns if str(c).startswith(("vary_", "label_"))]
+    return [c for c in dict.fromkeys([*CONFIG_COLUMNS, *swept, *extra]) if c in runs.columns]
+
+
+def outliers(per_run: pd.DataFrame, *, value: str = "time_per_sample_s",
+             extra: Sequence[str] = ()) -> pd.Series:
+    """:func:`analysis.metrics.stats.flag_outliers` over the repeats of each configuration
+    and rank count (:func:`config_columns`): the reason per run, or None."""
+    cols = [*config_columns(per_run, extra), "n_ranks"]
+    return flag_outliers(per_run[value], per_run[cols].astype(object).fillna("-"))
+
+
+def slowest(counts: Sequence[dict]) -> tuple[object, str | None, float]:
+    """Pool ``{rank: n}`` counts over runs: (the rank, or NA on a tie; the tied ranks as text;
+    the share of the pooled steps the top rank(s) were slowest)."""
+    total: dict[int, int] = {}
+    for c in counts:
+        for k, v in (c or {}).items():
+            total[k] = total.get(k, 0) + v
+    if not total:
+        return pd.NA, None, np.nan
+    top = max(total.values())
+    who = sorted(k for k, v in total.items() if v == top)
+    share = top / sum(total.values())
+    if len(who) == 1:
+        return who[0], None, share
+    return pd.NA, ", ".join(str(k) for k in who), share
+
+
+def scaling_mode(runs: pd.DataFrame, epochs: pd.DataFrame | None, *,
+                 by: Sequence[str] = ("config_backend", "batch_size")) -> tuple[dict, list[str]]:
+    """The scaling mode each configuration's runs did, and warnings where the recorded
+    ``scaling`` (the sweep's ``--scaling``) disagrees.
+
+    Returns
+    -------
+    (modes, warnings)
+        ``modes``: ``{configuration key tuple: "strong" | "weak" | "throughput"}`` (the key
+        is the values of ``by``); ``warnings``: sentences.
+
+    Notes
+    -----
+    With s(n) a run's samples per rank per epoch (median over its ranks and epochs): the
+    same s across rank counts (within 5 %) is weak scaling; the same n·s is strong; runs
+    without samples per epoch (fixed iterations, no dataset) are compared by throughput
+    ("throughput"). One rank count only: the recorded mode.
+    """
+    by = [c for c in by if c in runs.columns]
+    modes: dict = {}
+    notes: list[str] = []
+    r = runs.assign(run_id=runs["run_id"].astype(object))
+    per_rank = pd.Series(dtype=float)
+    if epochs is not None and len(epochs) and "samples" in epochs:
+        e = epochs.assign(run_id=epochs["run_id"].astype(object))
+        per_rank = e.groupby("run_id")["samples"].median()
+    r = r.assign(_s=r["run_id"].map(per_rank).astype(float))
+    fw = r[r["framework"] != "none"] if "framework" in r else r
+    for key, g in fw.groupby(by, sort=True, dropna=False) if by else [((), fw)]:
+        key = key if isinstance(key, tuple) else (key,)
+        recorded = sorted(set(g["scaling"].dropna().astype(str))) if "scaling" in g else []
+        s = g.groupby("n_ranks")["_s"].median().dropna()
+        if g["_s"].isna().all():
+            mode = "throughput"
+        elif len(s) < 2:
+            mode = recorded[0] if len(recorded) == 1 else "strong"
+        elif s.max() <= (1 + MODE_TOL) * s.min():
+            mode = "weak"
+        else:
+            tot = s * s.index.to_numpy(float)
+            mode = "strong" if tot.max() <= (1 + MODE_TOL) * tot.min() else "throughput"
+        modes[key] = mode
+        if recorded and mode in ("strong", "weak") and recorded != [mode]:
+            name = ", ".join(f"{c}={v}" for c, v in zip(by, key, strict=True))
+            notes.append(f"{name}: the runs did {mode} scaling (samples per rank per epoch "
+                         f"{', '.join(f'{int(v)} at {int(n)}' for n, v in s.items())}) but the sweep recorded "
+                         f"--scaling {'/'.join(recorded)}; the report uses {mode}.")
+    return modes, notes
+
+
+def cpu_contention(runs: pd.DataFrame, samples: pd.DataFrame | None) -> pd.DataFrame:
+    """Per run: is the CPU oversubscribed? The evidence for a "CPU contention" cause.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per run: ``host_cpus`` (cores of the busiest host: the runs table's
+        ``host_cpus``, else the CPU samples' cores), ``ranks_per_host``,
+        ``threads_per_rank`` (the runs table's, else NA), ``framework_threads`` (1 for
+        Horovod's background thread), ``rank_cpu_pct`` (median over ranks of each rank's
+        median sampled CPU, 100 % = one core), ``share_pct`` (100 · host_cpus /
+        ranks_per_host), ``oversubscribed`` (ranks × (threads + framework threads) >
+        cores), ``over_share`` (a rank's CPU above 110 % of its share), ``contention`` (either)
+        and ``evidence`` (a sentence, None without contention; it says so when the runs
+        table's ``threads_mixed`` marks ranks with different thread settings).
+    """
+    r = runs.assign(run_id=runs["run_id"].astype(object))
+    rows = []
+    cores_seen: dict = {}
+    rank_cpu: dict = {}
+    if samples is not None and len(samples) and "cpu_util_pct" in samples:
+        s = samples.assign(run_id=samples["run_id"].astype(object))
+        if "cpu_core" in s:
+            c = s[s["cpu_core"].notna()]
+            cores_seen = c.groupby(["run_id", "host"], observed=True)["cpu_core"].nunique().groupby("run_id").max() \
+                .to_dict()
+        if "rank" in s:
+            rk = s[s["rank"].notna() & s["cpu_util_pct"].notna()]
+            med = rk.groupby(["run_id", "rank"], observed=True)["cpu_util_pct"].median()
+            rank_cpu = {rid: g.droplevel(0) for rid, g in med.groupby(level=0)}
+    for row in r.itertuples(index=False):
+        d = row._asdict()
+        n = int(d.get("n_ranks") or 1)
+        nodes = int(d.get("n_nodes") or 1) if pd.notna(d.get("n_nodes")) else 1
+        per_host = int(np.ceil(n / max(nodes, 1)))
+        cpus = d.get("host_cpus")
+        cpus = int(cpus) if cpus is not None and pd.notna(cpus) else cores_seen.get(d["run_id"])
+        threads = d.get("threads_per_rank")
+        threads = int(threads) if threads is not None and pd.notna(threads) else None
+        fw_threads = 1 if d.get("framework") == "horovod" else 0
+        cpu = rank_cpu.get(d["run_id"])
+        rank_pct = float(cpu.median()) if cpu is not None and len(cpu) else np.nan
+        max_pct = float(cpu.max()) if cpu is not None and len(cpu) else np.nan
+        share = 100.0 * cpus / per_host if cpus else np.nan
+        over = bool(cpus and threads is not None and per_host * (threads + fw_threads) > cpus)
+        above = bool(np.isfinite(share) and np.isfinite(max_pct) and max_pct > 1.1 * share)
+        ev = []
+        if over:
+            ev.append(f"{per_host} ranks × {threads + fw_threads} threads on {cpus} cores")
+        if above:
+            ev.append(f"a rank at {max_pct:.0f} % CPU against its share of {share:.0f} %")
+        mixed = d.get("threads_mixed")
+        if ev and mixed is not None and pd.notna(mixed) and bool(mixed):
+            ev.append("thread settings differ between ranks (the most is counted)")
+        rows.append({"run_id": d["run_id"], "host_cpus": cpus, "ranks_per_host": per_host,
+                     "threads_per_rank": threads, "framework_threads": fw_threads, "rank_cpu_pct": rank_pct,
+                     "share_pct": share, "oversubscribed": over, "over_share": above,
+                     "contention": over or above, "evidence": "; ".join(ev) or None})
+    out = pd.DataFrame(rows, columns=["run_id", "host_cpus", "ranks_per_host", "threads_per_rank",
+                                      "framework_threads", "rank_cpu_pct", "share_pct", "oversubscribed",
+                                      "over_share", "contention", "evidence"])
+    for col in ("host_cpus", "threads_per_rank"):
+        out[col] = out[col].astype("Int64")
+    return out
+
+
+def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFrame | None = None,
+                 samples: pd.DataFrame | None = None, warmup: int | str | None = WARMUP,
+                 by: Sequence[str] = ()) -> pd.DataFrame:
+    """The one per-run table every study compares: runs metadata, :func:`run_measures`,
+    ``outlier`` (why the run is left out of its configuration's mean, else None) and the
+    :func:`cpu_contention` evidence (``contention``, ``contention_evidence``,
+    ``rank_cpu_pct``, ``host_cpus``, ``ranks_per_host``).
+
+    ``by``: extra columns that make runs different configurations (for the outlier test).
+    """
+    require_columns(runs, ("run_id", "n_ranks", "batch_size"), "measure_runs")
+    steps = step_table(events, runs=runs, epochs=epochs, warmup=warmup)
+    m = run_measures(steps, runs)
+    meta = runs.assign(run_id=runs["run_id"].astype(object))
+    out = meta.merge(m, on="run_id", how="inner")
+    out["outlier"] = outliers(out, extra=by)
+    c = cpu_contention(meta, samples)[["run_id", "contention", "evidence", "rank_cpu_pct", "host_cpus",
+                                       "ranks_per_host"]]
+    out = out.merge(c.rename(columns={"evidence": "contention_evidence"}), on="run_id", how="left")
+    return out.reset_index(drop=True)
+
+
+def select_baseline(table: pd.DataFrame, group: pd.DataFrame, baseline: object, match: Sequence[str], *,
+                    placement: Sequence[str] = ()) -> pd.DataFrame:
+    """The baseline rows of one configuration (``group``: its rows), one rule for every study.
+
+    ``"none"``: the runs without a framework at their fewest ranks (one process), without an
+    injected delay, sharing each ``match`` column with the group (where the group has one
+    value of it); ``"min"``: the group's own runs at its fewest rank count; a mapping
+    ``{column: value}``: the rows with those values, sharing the ``match`` columns the
+    mapping does not name, except the ``placement`` axes (one baseline for every partition).
+    """
+    def same(cand: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
+        for col in cols:
+            if col not in group or col not in cand:
+                continue
+            vals = group[col].dropna().unique()
+            if len(vals) == 1:
+                cand = cand[cand[col] == vals[0]]
+        return cand
+
+    if isinstance(baseline, dict) or hasattr(baseline, "items"):
+        mask = pd.Series(True, index=table.index)
+        for col, val in baseline.items():
+            if col not in table:
+                raise ScalescopeError(f"baseline selects on {col!r}, which the runs table lacks")
+            mask &= table[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else table[col] == val
+        cand = table[mask.fillna(False).astype(bool)]
+        return same(cand, [c for c in match if c not in baseline and c not in placement])
+    if baseline == "min":
+        return group[group["n_ranks"] == group["n_ranks"].min()]
+    if baseline == "none":
+        cand = table[table["framework"] == "none"]
+        if "inject" in cand:
+            cand = cand[cand["inject"].isna()]
+        cand = same(cand, match)
+        return cand[cand["n_ranks"] == cand["n_ranks"].min()] if len(cand) else cand
+    raise ScalescopeError(f"baseline must be 'none', 'min' or a mapping of run columns, not {baseline!r}")
