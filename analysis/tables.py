@@ -78,6 +78,9 @@ NAMES: dict[str, str] = {
     "inject": "Injected", "slowest_rank": "Slowest rank", "baseline": "Baseline", "reference": "Reference",
     "partition": "Partition", "cluster": "Cluster", "gpu_model": "GPU model", "new_node": "New node",
     "is_fastest": "Fastest", "fewer_syncs_win": "Fewer syncs win", "verdict": "Verdict",
+    "repeats_for_5pct": "Repeats for 5 %", "n_partial_steps": "Partial steps", "n_outliers": "Outlier repeats",
+    "contention": "Contention", "contention_evidence": "Contention evidence", "time_per_sample": "Time per sample",
+    "relative_time": "Relative time", "slowest_tied": "Slowest ranks tied", "gap": "Gap",
 }
 
 #: Column kinds: the unit a suffix names, its display unit and the factor from one to the other.
@@ -102,7 +105,7 @@ _STATS: dict[str, str] = {"median": "median", "mean": "mean", "min": "min", "max
 #: table too wide for the page stays in its CSV).
 MAIN_COLUMNS: dict[str, tuple[str, ...]] = {
     "why_not_ideal": ("measured_step_s", "gap_s", "sync_s", "straggler_s", "compute_s", "efficiency"),
-    "summary": ("epoch_time_s_median", "speedup", "efficiency_frac"),
+    "summary": ("time_per_sample_s", "speedup", "efficiency_frac", "efficiency_frac_verdict"),
     "scaling": ("epoch_time_s_median", "speedup", "efficiency_frac"),
 }
 #: Statistics that a table for people leaves to the CSV when the column they describe is shown.
@@ -137,7 +140,7 @@ def describe(name: str) -> ColumnSpec:
     """Parse a column name by the conventions in the module docstring."""
     if name == "verdict" or name.endswith("_verdict"):
         base = name.removesuffix("_verdict")
-        head = "Verdict" if name == "verdict" else f"{_words(base)}: verdict"
+        head = "Verdict" if name == "verdict" else f"{describe(base).header}: verdict"
         return ColumnSpec(name, base, head, None, "verdict", "", 1.0)
     rest, stats, kind, unit, factor = name, [], "number", "", 1.0
     for _ in range(4):  # units and statistics in either order (cpu_util_pct_mean_jump)
