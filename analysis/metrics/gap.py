@@ -319,14 +319,24 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
     return row
 
 
+def _joined_evidence(per_run: pd.Series) -> str | None:
+    """The runs' contention evidence as one text: each fact once, and of the ranks seen above
+    their CPU share only the highest ("a rank at 146 % CPU against its share of 100 %")."""
+    pieces = list(dict.fromkeys(p.strip() for text in per_run for p in str(text).split(";") if p.strip()))
+    above = [p for p in pieces if p.startswith("a rank at ")]
+    if len(above) > 1:
+        top = max(above, key=lambda p: float(p.split()[3]) if p.split()[3].replace(".", "", 1).isdigit() else 0.0)
+        pieces = [p for p in pieces if p not in above or p == top]
+    return "; ".join(pieces) or None
+
+
 def _contention(g: pd.DataFrame, one: pd.DataFrame | None) -> tuple[bool, str | None]:
     """Do most runs of ``g`` show CPU contention? By their own evidence (ranks × threads above
     the cores, a rank above its share), or by demand: each rank of the configuration's
     one-rank runs (``one``) used c % CPU, and ranks_per_host · c exceeds the host's cores by
     more than 10 %."""
     if "contention" in g and g["contention"].fillna(False).astype(bool).mean() > 0.5:
-        ev = sorted(set(g["contention_evidence"].dropna()))
-        return True, "; ".join(ev) or None
+        return True, _joined_evidence(g["contention_evidence"].dropna())
     if one is None or "rank_cpu_pct" not in g or "host_cpus" not in g or "rank_cpu_pct" not in one:
         return False, None
     def med(col: pd.Series) -> float:
