@@ -1,7 +1,8 @@
 """``scalescope demo`` (what ``make demo`` runs): a real sweep of the thesis workload and its report.
 
 The sweep: 1 and 2 ranks with Horovod over Gloo and over MPI and DDP over Gloo, plus the
-one-process baseline without a framework, at batch sizes 75 and 300, two repeats, a few
+one-process baseline without a framework, at batch sizes 75 and 300, three repeats (the
+fewest that give every comparison an interval and a verdict, docs/metrics.md), a few
 epochs of the synthetic strain-stress task. Then ``scalescope report`` on the experiment.
 """
 
@@ -29,7 +30,7 @@ def sweep_argv(out: str, *, quick: bool = False) -> list[str]:
         "--backend", ",".join(backends),
         "--baseline",
         "--batch-size", "75" if quick else "75,300",
-        "--repeats", "1" if quick else "2",
+        "--repeats", "1" if quick else "3",  # 3: the fewest that give an interval
         "--out", out,
         "--", "python", str(EXAMPLE),  # the sweep runs `python` as its own interpreter
         "--epochs", "2" if quick else "3",
