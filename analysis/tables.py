@@ -80,7 +80,7 @@ NAMES: dict[str, str] = {
     "is_fastest": "Fastest", "fewer_syncs_win": "Fewer syncs win", "verdict": "Verdict",
     "repeats_for_5pct": "Repeats for 5 %", "n_partial_steps": "Partial steps", "n_outliers": "Outlier repeats",
     "contention": "Contention", "contention_evidence": "Contention evidence", "time_per_sample": "Time per sample",
-    "relative_time": "Relative time", "slowest_tied": "Slowest ranks tied", "gap": "Gap",
+    "relative_time": "Relative time", "slowest_tied": "Slowest ranks tied",
 }
 
 #: Column kinds: the unit a suffix names, its display unit and the factor from one to the other.
