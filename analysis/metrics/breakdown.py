@@ -372,14 +372,17 @@ def time_breakdown(
     if not rows:
         return pd.DataFrame(columns=[*keys, "n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(),
                                      "other_s", *SHARE_COLUMNS, "sync_total_s"])
-    per_step = pd.concat(rows, ignore_index=True)
+    return _in_seconds(_summed_at(pd.concat(rows, ignore_index=True), keys), keys)
+
+
+def _summed_at(per_step: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The per-step nanoseconds with ``n_steps``, summed per ``keys`` (as they are at step
+    level)."""
     per_step["n_steps"] = 1
-    if level == "step":
-        out = per_step
-    else:
-        ns_cols = ["step_ns", *(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
-        out = per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
-    return _in_seconds(out, keys)
+    if "step" in keys:
+        return per_step
+    ns_cols = ["step_ns", *(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
+    return per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
 
 
 #: The key columns of :func:`time_breakdown` at each level.
