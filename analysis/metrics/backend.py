@@ -56,11 +56,30 @@ def backend_comparison(
     the epoch time when the runs have no step measures: the same configuration processes
     the same samples per epoch). relative_time = t̄_backend / min over backends of t̄.
     """
-    from analysis.metrics.scaling import outlier_reasons, unit_time
-
     require_columns(per_run, ("run_id", "config_backend", *by), "backend_comparison")
     if "time_per_sample_s" not in per_run:
         require_columns(per_run, ("epoch_time_s",), "backend_comparison")
+    t = _kept_unit_times(per_run, sync, by)
+    rows = []
+    for key, cfg in t.groupby(list(by), sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        best = cfg.groupby("config_backend")["_t"].mean().idxmin()
+        fastest = cfg[cfg["config_backend"] == best]
+        for backend, g in cfg.groupby("config_backend", sort=True):
+            rows.append({**dict(zip(by, key, strict=True)), "config_backend": backend,
+                         **_backend_row(g, fastest, is_fastest=backend == best)})
+    out = pd.DataFrame(rows)
+    if "n_nodes" in out:
+        out.insert(out.columns.get_loc("config_backend") + 1, "placement",
+                   np.where(out["n_nodes"] > 1, "inter-node", "intra-node"))
+    return out
+
+
+def _kept_unit_times(per_run: pd.DataFrame, sync: pd.DataFrame | None, by: Sequence[str]) -> pd.DataFrame:
+    """The runs with their sync columns and ``_t`` (time per sample, else the epoch time),
+    outlier repeats left out."""
+    from analysis.metrics.scaling import outlier_reasons, unit_time
+
     t = per_run.reset_index(drop=True)
     if sync is not None:
         t = t.merge(sync[["run_id", "sync_mean_s", "exposed_mean_s"]], on="run_id", how="left")
@@ -70,26 +89,19 @@ def backend_comparison(
                          "strong")
     t["_t"] = np.where(t["time_per_sample_s"].notna(), t["_t"], t["epoch_time_s"]) \
         if "time_per_sample_s" in t else t["epoch_time_s"]
-    t = t[outlier_reasons(t, ["config_backend", *by], t["_t"]).isna().to_numpy()]
-    rows = []
-    for key, cfg in t.groupby(list(by), sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        means = cfg.groupby("config_backend")["_t"].mean()
-        best = means.idxmin()
-        fastest = cfg[cfg["config_backend"] == best]
-        for backend, g in cfg.groupby("config_backend", sort=True):
-            r, lo, hi = ratio(g["_t"], fastest["_t"], same=backend == best)
-            rows.append({
-                **dict(zip(by, key, strict=True)), "config_backend": backend, "n_runs": len(g),
-                "time_per_sample_s": float(g["time_per_sample_s"].mean()) if "time_per_sample_s" in g else np.nan,
-                "epoch_time_s": float(g["epoch_time_s"].mean()) if "epoch_time_s" in g else np.nan,
-                "sync_per_step_s": float(g["sync_mean_s"].mean()), "exposed_per_step_s": float(g["exposed_mean_s"].mean()),
-                "relative_time": r, "relative_time_ci_low": lo, "relative_time_ci_high": hi,
-                "relative_time_verdict": None if backend == best else verdict(lo, hi, 1.0),
-                "is_fastest": backend == best, "repeats_for_5pct": pooled_repeats(g["_t"], fastest["_t"]),
-            })
-    out = pd.DataFrame(rows)
-    if "n_nodes" in out:
-        out.insert(out.columns.get_loc("config_backend") + 1, "placement",
-                   np.where(out["n_nodes"] > 1, "inter-node", "intra-node"))
-    return out
+    return t[outlier_reasons(t, ["config_backend", *by], t["_t"]).isna().to_numpy()]
+
+
+def _backend_row(g: pd.DataFrame, fastest: pd.DataFrame, *, is_fastest: bool) -> dict:
+    """The measures of one backend's runs ``g`` on a configuration, against the fastest
+    backend's runs there."""
+    r, lo, hi = ratio(g["_t"], fastest["_t"], same=is_fastest)
+    return {
+        "n_runs": len(g),
+        "time_per_sample_s": float(g["time_per_sample_s"].mean()) if "time_per_sample_s" in g else np.nan,
+        "epoch_time_s": float(g["epoch_time_s"].mean()) if "epoch_time_s" in g else np.nan,
+        "sync_per_step_s": float(g["sync_mean_s"].mean()), "exposed_per_step_s": float(g["exposed_mean_s"].mean()),
+        "relative_time": r, "relative_time_ci_low": lo, "relative_time_ci_high": hi,
+        "relative_time_verdict": None if is_fastest else verdict(lo, hi, 1.0),
+        "is_fastest": is_fastest, "repeats_for_5pct": pooled_repeats(g["_t"], fastest["_t"]),
+    }

@@ -366,42 +366,60 @@ def time_breakdown(
     for (run_id, rank), w in windows.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
         one = phases_of.get((run_id, rank), ph.iloc[0:0])
         comm = comm_of.get((run_id, rank), comm_all.iloc[0:0])
-        owned = _exclusive_sets(one, comm)
-        ws, we = w["step_start_ns"].to_numpy(np.int64), w["step_end_ns"].to_numpy(np.int64)
-        part = pd.DataFrame(
-            {
-                "run_id": run_id,
-                "rank": rank,
-                "epoch": w["epoch"].to_numpy(),
-                "step": w["step"].to_numpy(),
-                "step_ns": we - ws,
-            }
-        )
-        for comp in COMPONENTS:
-            part[_ns(COMPONENT_COLUMNS[comp])] = covered_in_windows(owned[comp], ws, we)
-        sync_ph = one[one["name"] == "sync"]
-        waits = iv.union(sync_ph["start_ns"].to_numpy(np.int64), end_ns(sync_ph))
         tl = timelines.get(run_id) if rank is not pd.NA and rank == timeline_rank else None
-        part["sync_total_ns"] = covered_in_windows(_in_flight(iv.union_of(waits, owned["sync"]), comm, tl), ws, we)
-        rows.append(part)
-    ns_cols = ["step_ns", *(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
+        rows.append(_rank_step_ns(run_id, rank, w, one, comm, tl))
+    keys = list(_LEVEL_KEYS[level])
     if not rows:
-        keys = {"step": ["run_id", "rank", "epoch", "step"], "rank": ["run_id", "rank"], "run": ["run_id"]}[level]
-        cols = [*keys, "n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(), "other_s",
-                *SHARE_COLUMNS, "sync_total_s"]
-        return pd.DataFrame(columns=cols)
-    per_step = pd.concat(rows, ignore_index=True)
+        return pd.DataFrame(columns=[*keys, "n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(),
+                                     "other_s", *SHARE_COLUMNS, "sync_total_s"])
+    return _in_seconds(_summed_at(pd.concat(rows, ignore_index=True), keys), keys)
+
+
+def _summed_at(per_step: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The per-step nanoseconds with ``n_steps``, summed per ``keys`` (as they are at step
+    level)."""
     per_step["n_steps"] = 1
-    if level == "step":
-        out = per_step
-        keys = ["run_id", "rank", "epoch", "step"]
-    else:
-        keys = ["run_id", "rank"] if level == "rank" else ["run_id"]
-        out = per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
+    if "step" in keys:
+        return per_step
+    ns_cols = ["step_ns", *(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
+    return per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
+
+
+#: The key columns of :func:`time_breakdown` at each level.
+_LEVEL_KEYS = {"step": ("run_id", "rank", "epoch", "step"), "rank": ("run_id", "rank"), "run": ("run_id",)}
+
+
+def _rank_step_ns(run_id: object, rank: object, w: pd.DataFrame, one: pd.DataFrame, comm: pd.DataFrame,
+                  tl: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per step window ``w`` of one rank: ``step_ns``, each component's owned time
+    (``*_ns``) and ``sync_total_ns``, from the rank's phases ``one``, in-flight records
+    ``comm`` and Horovod timeline rows ``tl`` (None: not this rank's)."""
+    owned = _exclusive_sets(one, comm)
+    ws, we = w["step_start_ns"].to_numpy(np.int64), w["step_end_ns"].to_numpy(np.int64)
+    part = pd.DataFrame(
+        {
+            "run_id": run_id,
+            "rank": rank,
+            "epoch": w["epoch"].to_numpy(),
+            "step": w["step"].to_numpy(),
+            "step_ns": we - ws,
+        }
+    )
+    for comp in COMPONENTS:
+        part[_ns(COMPONENT_COLUMNS[comp])] = covered_in_windows(owned[comp], ws, we)
+    sync_ph = one[one["name"] == "sync"]
+    waits = iv.union(sync_ph["start_ns"].to_numpy(np.int64), end_ns(sync_ph))
+    part["sync_total_ns"] = covered_in_windows(_in_flight(iv.union_of(waits, owned["sync"]), comm, tl), ws, we)
+    return part
+
+
+def _in_seconds(out: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """:func:`time_breakdown`'s table from the summed nanoseconds ``out`` (one row per
+    ``keys``): seconds, ``other_s`` as the unattributed rest, and the shares of the step."""
     result = out[keys].copy()
     if "rank" in result:
         result["rank"] = result["rank"].astype("Int32")
-    if level == "step":
+    if "step" in keys:
         result["epoch"] = result["epoch"].astype("Int32")
         result["step"] = result["step"].astype("Int32")
     result["n_steps"] = out["n_steps"].astype(np.int64).to_numpy()
@@ -614,6 +632,39 @@ def _launched_before_last_profiler_step(g: pd.DataFrame, host: pd.DataFrame) -> 
     return g[keep.fillna(False).astype(bool).to_numpy()]
 
 
+#: The columns of :func:`gpu_time_breakdown` after ``run_id`` and ``rank``.
+_GPU_MEASURES = ("span_s", "compute_s", "comm_s", "memory_s", "idle_s", "non_compute_s", "comm_total_s",
+                 "comm_overlapped_s", "compute_frac", "comm_frac", "memory_frac", "idle_frac")
+
+
+def _gpu_shares(g: pd.DataFrame) -> dict[str, float]:
+    """The temporal breakdown (:data:`_GPU_MEASURES`) of one rank's GPU rows ``g``."""
+    sets = {k: iv.union(g.loc[g["kind"].isin(v), "start_ns"].to_numpy(np.int64),
+                        end_ns(g[g["kind"].isin(v)])) for k, v in GPU_KINDS.items()}
+    ends = end_ns(g)
+    span = int(ends.max() - g["start_ns"].min())
+    compute = iv.length(sets["compute"])
+    comm_only = iv.subtract(sets["comm"], sets["compute"])
+    comm = iv.length(comm_only)
+    memory = iv.length(iv.subtract(sets["memory"], iv.union_of(sets["compute"], sets["comm"])))
+    busy = iv.length(iv.union_of(*sets.values()))
+    idle = span - busy
+    return {
+        "span_s": span / NS_PER_S,
+        "compute_s": compute / NS_PER_S,
+        "comm_s": comm / NS_PER_S,
+        "memory_s": memory / NS_PER_S,
+        "idle_s": idle / NS_PER_S,
+        "non_compute_s": (comm + memory) / NS_PER_S,
+        "comm_total_s": iv.length(sets["comm"]) / NS_PER_S,
+        "comm_overlapped_s": iv.length(iv.intersect(sets["comm"], sets["compute"])) / NS_PER_S,
+        "compute_frac": compute / span if span else np.nan,
+        "comm_frac": comm / span if span else np.nan,
+        "memory_frac": memory / span if span else np.nan,
+        "idle_frac": idle / span if span else np.nan,
+    }
+
+
 @maps_over(unit="rank")
 def gpu_time_breakdown(events: pd.DataFrame, *, drop_last_profiler_step: bool = False) -> pd.DataFrame:
     """GPU timeline per rank: computation, communication, memory and idle time.
@@ -669,37 +720,8 @@ def gpu_time_breakdown(events: pd.DataFrame, *, drop_last_profiler_step: bool = 
             g = _launched_before_last_profiler_step(g, host_of.get((run_id, rank), host.iloc[0:0]))
             if g.empty:
                 continue
-        sets = {k: iv.union(g.loc[g["kind"].isin(v), "start_ns"].to_numpy(np.int64),
-                            end_ns(g[g["kind"].isin(v)])) for k, v in GPU_KINDS.items()}
-        ends = end_ns(g)
-        span = int(ends.max() - g["start_ns"].min())
-        compute = iv.length(sets["compute"])
-        comm_only = iv.subtract(sets["comm"], sets["compute"])
-        comm = iv.length(comm_only)
-        memory = iv.length(iv.subtract(sets["memory"], iv.union_of(sets["compute"], sets["comm"])))
-        busy = iv.length(iv.union_of(*sets.values()))
-        idle = span - busy
-        rows.append(
-            {
-                "run_id": run_id,
-                "rank": rank,
-                "span_s": span / NS_PER_S,
-                "compute_s": compute / NS_PER_S,
-                "comm_s": comm / NS_PER_S,
-                "memory_s": memory / NS_PER_S,
-                "idle_s": idle / NS_PER_S,
-                "non_compute_s": (comm + memory) / NS_PER_S,
-                "comm_total_s": iv.length(sets["comm"]) / NS_PER_S,
-                "comm_overlapped_s": iv.length(iv.intersect(sets["comm"], sets["compute"])) / NS_PER_S,
-                "compute_frac": compute / span if span else np.nan,
-                "comm_frac": comm / span if span else np.nan,
-                "memory_frac": memory / span if span else np.nan,
-                "idle_frac": idle / span if span else np.nan,
-            }
-        )
-    out = pd.DataFrame(rows, columns=["run_id", "rank", "span_s", "compute_s", "comm_s", "memory_s",
-                                      "idle_s", "non_compute_s", "comm_total_s", "comm_overlapped_s",
-                                      "compute_frac", "comm_frac", "memory_frac", "idle_frac"])
+        rows.append({"run_id": run_id, "rank": rank, **_gpu_shares(g)})
+    out = pd.DataFrame(rows, columns=["run_id", "rank", *_GPU_MEASURES])
     out["rank"] = out["rank"].astype("Int32")
     return out
 

@@ -4,6 +4,30 @@ One step of a data-parallel run at ``n`` ranks with a fixed per-rank batch shoul
 long as one step of the one-process baseline. :func:`scaling_loss` measures how much longer
 it takes and splits that gap into named causes; ``docs/metrics.md`` ("Why not ideal?")
 defines every term and says how the split was validated by injecting known delays.
+
+The split
+---------
+Per run, every part is the mean over its kept full steps of the mean over its ranks
+(:func:`analysis.metrics.measures.run_measures`). Each side is the mean over its runs that
+are not outliers (:func:`analysis.metrics.stats.flag_outliers`). With B the baseline, R the
+configuration's one-rank framework runs (uninjected) and G its runs at ``n`` ranks:
+
+* ``ideal_step_s`` = B.step, ``gap_s`` = G.step - B.step, ``efficiency`` = B.step / G.step;
+* ``framework_s`` = R.step - B.step (the one-rank overhead; 0 without R);
+* ``data_s`` = G.data - R.data; ``compute_s`` = G.compute - R.compute;
+  ``other_s`` = G.other - R.other;
+* ``straggler_s`` = G.straggler - R.straggler (the part of the exposed sync spent
+  waiting for the slowest rank: per step ``min(wait, exposed)``, see
+  :func:`rank_step_parts`);
+* ``sync_s`` = (G.exposed - G.straggler) - (R.exposed - R.straggler);
+* ``contention_s``: ``compute_s`` when most of G's runs show CPU contention
+  (:func:`analysis.metrics.measures.cpu_contention`: ranks × threads above the cores,
+  or a rank's CPU above its share) and compute grew; ``compute_s`` is then 0.
+
+Since step = data + compute + exposed + other for every run, the causes sum to ``gap_s``
+exactly. Without R (no one-rank run of the configuration), R = B. Intervals:
+:func:`analysis.metrics.stats.delta_interval` over the runs of B, R and G (B and R's
+run-to-run variance included); none where a side has fewer than 3 runs.
 """
 
 from __future__ import annotations
@@ -50,6 +74,10 @@ CAUSE_LABELS: dict[str, str] = {
 _PARTS = ("step_s", "data_s", "compute_s", "exposed_s", "straggler_s", "other_s")
 # MACHINE_AXES (analysis.schema): when the runs differ in one, it joins ``by`` (and a
 # ``"none"`` baseline must share it).
+#: ``attrs["unit"]`` of :func:`scaling_loss`.
+_UNIT = "full steps (partial batches left out, counted in n_partial_steps)"
+#: ``attrs["notes"]`` of :func:`scaling_loss` without epoch metrics.
+_NO_EPOCHS = "No epoch metrics given: every step counted as a full batch."
 #: A value below this fraction of the measured step is floating-point residue: shown as 0.
 RESIDUE = 1e-12
 
@@ -98,101 +126,91 @@ def scaling_loss(
     confidence: float = CONFIDENCE,
 ) -> pd.DataFrame:
     """Why not ideal: per configuration and rank count, the step-time gap to the ideal
-    split into causes that sum to it, each with an interval and a verdict.
+    split into causes that sum to it, each with an interval and a verdict. The module's
+    docstring ("The split") and ``docs/metrics.md`` define every term.
 
     Parameters
     ----------
     events
         Event frame of the runs (our phases, comm-hook records, Horovod timelines).
     runs
-        Runs table (``RunSet.usable_runs()``): ``run_id``, ``framework``, ``n_ranks`` and
-        the ``by`` and ``match`` columns; an ``inject`` column marks runs with an injected
-        delay, which are never used as references.
+        Runs table (``RunSet.usable_runs()``): ``run_id``, ``framework``, ``n_ranks``, the ``by``
+        and ``match`` columns; runs with an injected delay (``inject``) are never references.
     by
-        Columns that define a configuration; ``cluster`` and ``partition`` are added when
-        the runs differ in them (each machine against its own ``"none"`` baseline, unless a
-        mapping picks one), and ``inject`` when the runs have it.
+        Columns that define a configuration; ``cluster`` and ``partition`` are added when the runs
+        differ in them (each machine against its own ``"none"`` baseline, unless a mapping picks
+        one), and ``inject`` when the runs have it.
     baseline
-        ``"none"`` (default): the one-process runs without a framework that share the
-        ``match`` columns; a mapping ``{column: value}`` picks the baseline runs explicitly
-        (e.g. across experiments); ``"min"``: the configuration's own runs at its fewest
-        ranks (no framework overhead is separated then).
+        ``"none"``: the one-process runs without a framework that share the ``match`` columns;
+        ``"min"``: the configuration's own runs at its fewest ranks (no framework overhead
+        separated); a mapping ``{column: value}`` picks them (e.g. across experiments).
         :func:`analysis.metrics.measures.select_baseline` is the one rule.
     match
         Columns a ``"none"`` baseline must share with the configuration.
     mode
-        ``"auto"`` (default): the scaling mode the runs did
-        (:func:`analysis.metrics.measures.scaling_mode`); ``"strong"`` or ``"weak"`` name
-        it. Every quantity here is per step with a fixed per-rank batch, the same in every
-        mode; the mode is recorded in ``attrs["mode"]``.
+        ``"auto"``: the mode the runs did (:func:`analysis.metrics.measures.scaling_mode`), or
+        ``"strong"``/``"weak"``. Recorded in ``attrs["mode"]``: every quantity here is per step
+        with a fixed per-rank batch, the same in every mode.
     warmup
         Warm-up rule (:func:`~analysis.metrics.breakdown.warmup_count`).
     epochs
-        Per-rank epoch metrics (``RunSet.epochs``): the samples per epoch that tell partial
-        batches from full ones. Without them every step counts as full
-        (``attrs["notes"]`` says so).
+        ``RunSet.epochs``: the samples per epoch that tell partial batches from full ones. Without
+        them every step counts as full (``attrs["notes"]`` says so).
     samples
         CPU samples (``RunSet.samples``): the per-rank CPU that shows contention.
     measured
-        :func:`analysis.metrics.measures.measure_runs` already computed (the report
-        computes it once for every study); ``events``, ``epochs``, ``samples`` and
-        ``warmup`` are then not used.
+        :func:`analysis.metrics.measures.measure_runs` already computed (the report does it once);
+        ``events``, ``epochs``, ``samples`` and ``warmup`` are then not used.
     confidence
         Level of every interval (:mod:`analysis.metrics.stats`).
 
     Returns
     -------
     pandas.DataFrame
-        One row per configuration and ``n_ranks``: ``n_runs`` (repeats used),
-        ``n_outliers`` (repeats left out, named in ``outliers``), ``n_steps`` (full steps
-        compared), ``n_partial_steps`` (partial-batch steps left out), ``ideal_step_s``,
-        ``measured_step_s``, ``gap_s``, the causes ``framework_s``, ``sync_s``,
-        ``straggler_s``, ``data_s``, ``contention_s``, ``compute_s``, ``other_s`` (s per
-        full step, summing to ``gap_s``), ``efficiency`` (= ideal_step_s /
-        measured_step_s), ``speedup`` (= efficiency · n / n0), ``time_per_sample_s``,
-        ``throughput_samples_per_s``; each with ``_ci_low``/``_ci_high``; ``X_verdict`` for
-        the gap, each cause (against 0) and the efficiency (against 1); ``*_share`` of each
-        cause in the gap; ``slowest_rank`` (NA on a tie), ``slowest_tied`` (the tied
-        ranks), ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``.
+        One row per configuration and ``n_ranks``: ``n_runs`` (repeats used), ``n_outliers``
+        (repeats left out, named in ``outliers``), ``n_steps`` (full steps compared),
+        ``n_partial_steps`` (partial-batch steps left out), ``ideal_step_s``, ``measured_step_s``,
+        ``gap_s``, the :data:`CAUSES` (s per full step, summing to ``gap_s``), ``efficiency``
+        (ideal / measured), ``speedup`` (efficiency · n / n0), ``time_per_sample_s``,
+        ``throughput_samples_per_s``; each with ``_ci_low`` / ``_ci_high``; ``X_verdict`` for the
+        gap, each cause (against 0) and the efficiency (against 1); ``*_share`` of each cause in
+        the gap; ``slowest_rank`` (NA on a tie), ``slowest_tied`` (the tied ranks),
+        ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``.
         ``attrs``: ``baseline``, ``reference``, ``mode``, ``unit``, ``notes``.
-
-    Notes
-    -----
-    Per run, every part is the mean over its kept full steps of the mean over its ranks
-    (:func:`analysis.metrics.measures.run_measures`). Each side is the mean over its runs
-    that are not outliers (:func:`analysis.metrics.stats.flag_outliers`). With B the
-    baseline, R the configuration's one-rank framework runs (uninjected) and G its runs at
-    ``n`` ranks:
-
-    * ``ideal_step_s`` = B.step, ``gap_s`` = G.step - B.step, ``efficiency`` = B.step / G.step;
-    * ``framework_s`` = R.step - B.step (the one-rank overhead; 0 without R);
-    * ``data_s`` = G.data - R.data; ``compute_s`` = G.compute - R.compute;
-      ``other_s`` = G.other - R.other;
-    * ``straggler_s`` = G.straggler - R.straggler (the part of the exposed sync spent
-      waiting for the slowest rank: per step ``min(wait, exposed)``, see
-      :func:`rank_step_parts`);
-    * ``sync_s`` = (G.exposed - G.straggler) - (R.exposed - R.straggler);
-    * ``contention_s``: ``compute_s`` when most of G's runs show CPU contention
-      (:func:`analysis.metrics.measures.cpu_contention`: ranks × threads above the cores,
-      or a rank's CPU above its share) and compute grew; ``compute_s`` is then 0.
-
-    Since step = data + compute + exposed + other for every run, the causes sum to
-    ``gap_s`` exactly. Without R (no one-rank run of the configuration), R = B. Intervals:
-    :func:`analysis.metrics.stats.delta_interval` over the runs of B, R and G (B and R's
-    run-to-run variance included); none where a side has fewer than 3 runs.
     """
     require_columns(runs, ("run_id", "framework", "n_ranks", *by, *match), "scaling_loss")
     if mode not in ("auto", "strong", "weak"):
         raise ScalescopeError(f"mode must be 'auto', 'strong' or 'weak', not {mode!r}")
-    # machines are configurations of their own, each against its own baseline
+    by, match = _loss_axes(runs, by, match, baseline)
+    notes = [] if epochs is not None or measured is not None else [_NO_EPOCHS]
+    table = _loss_table(events, runs, measured, by=by, match=match, epochs=epochs, samples=samples, warmup=warmup)
+    run_mode, mode_notes = _run_mode(runs, epochs, by, mode)
+    rows, base_notes, ref_notes = _loss_rows(table, by, match, baseline, confidence)
+    out = pd.DataFrame(rows)
+    out["slowest_rank"] = out["slowest_rank"].astype("Int32")
+    out.attrs.update(baseline="; ".join(sorted(base_notes)), reference="; ".join(sorted(ref_notes)),
+                     mode=run_mode, unit=_UNIT, notes=[*notes, *mode_notes])
+    return out
+
+
+def _loss_axes(runs: pd.DataFrame, by: Sequence[str], match: Sequence[str],
+               baseline: str | Mapping[str, object]) -> tuple[list[str], Sequence[str]]:
+    """``by`` with the machine axes the runs differ in (each machine against its own
+    baseline) and ``inject`` when a run has one; ``match`` with those axes for a ``"none"``
+    baseline."""
     axes = [c for c in MACHINE_AXES if c in runs and c not in by and runs[c].nunique(dropna=True) > 1]
     injected = "inject" in runs and runs["inject"].notna().any()
     by = [*by, *axes] + (["inject"] if injected and "inject" not in by else [])
     if baseline == "none":
         match = [*match, *(c for c in axes if c not in match)]
-    notes: list[str] = []
-    if epochs is None and measured is None:
-        notes.append("No epoch metrics given: every step counted as a full batch.")
+    return by, match
+
+
+def _loss_table(events: pd.DataFrame, runs: pd.DataFrame, measured: pd.DataFrame | None, *, by: Sequence[str],
+                match: Sequence[str], epochs: pd.DataFrame | None, samples: pd.DataFrame | None,
+                warmup: int | str | None) -> pd.DataFrame:
+    """The per-run measures (``measured``, else measured here) with the runs' ``by`` and
+    ``match`` columns and an ``inject`` column."""
     if measured is None:
         measured = measure_runs(events, runs, epochs=epochs, samples=samples, warmup=warmup, by=by)
     if measured.empty:
@@ -204,54 +222,67 @@ def scaling_loss(
             table = table.merge(runs[["run_id", c]].assign(run_id=runs["run_id"].astype(object)), on="run_id")
     if "inject" not in table:
         table["inject"] = None
+    return table
+
+
+def _run_mode(runs: pd.DataFrame, epochs: pd.DataFrame | None, by: Sequence[str], mode: str) -> tuple[str, list[str]]:
+    """The scaling mode for ``attrs["mode"]`` (the one asked, else the one the runs did, or
+    ``mixed: ...``) and the notes of :func:`analysis.metrics.measures.scaling_mode`."""
+    modes, notes = scaling_mode(runs, epochs, by=[c for c in by if c != "inject"])
+    found = sorted(set(modes.values()))
+    return (mode if mode != "auto" else (found[0] if len(found) == 1 else "mixed: " + ", ".join(found))), notes
+
+
+def _loss_rows(table: pd.DataFrame, by: Sequence[str], match: Sequence[str], baseline: str | Mapping[str, object],
+               confidence: float) -> tuple[list[dict], set[str], set[str]]:
+    """The rows of every configuration with a framework and rank count, and the words
+    saying which baselines and one-rank references they used."""
     used = table[table["outlier"].isna()] if "outlier" in table else table
     clean = used[used["inject"].isna()]
-    modes, mode_notes = scaling_mode(runs, epochs, by=[c for c in by if c != "inject"])
-    notes.extend(mode_notes)
-    found = sorted(set(modes.values()))
-    run_mode = mode if mode != "auto" else (found[0] if len(found) == 1 else "mixed: " + ", ".join(found))
-    rows = []
+    rows: list[dict] = []
     base_notes: set[str] = set()
     ref_notes: set[str] = set()
-    fw = table[table["framework"] != "none"]
-    for key, group in fw.groupby(by, sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        cfg = dict(zip(by, key, strict=True))
-        same = {c: v for c, v in cfg.items() if c != "inject"}
-        gclean = _select(used[used["framework"] != "none"], same)
-        gclean = gclean[gclean["inject"].isna()]
-        one = gclean[gclean["n_ranks"] == 1]
-        base = select_baseline(clean, gclean if len(gclean) else group, baseline, match,
-                               placement=MACHINE_AXES)
-        if isinstance(baseline, Mapping):
-            base_notes.add(f"selected: {dict(baseline)}")
-        elif baseline == "none":
-            base_notes.add("one process without a framework" + (f", same {', '.join(match)}" if match else ""))
-        else:
-            base_notes.add("the configuration's own runs at its fewest ranks")
-            one = base
-        if base.empty:
-            raise ScalescopeError(
-                "no baseline runs for " + ", ".join(f"{c}={v}" for c, v in cfg.items())
-                + " (a one-process run without a framework, e.g. the sweep's --baseline); "
-                "pass baseline='min' to use the configuration's one-rank run")
-        ref = one if len(one) else base
-        ref_notes.add(f"{len(one)} one-rank run(s) of the configuration" if len(one)
-                      else "none: framework overhead not separated (no one-rank run)")
+    for key, group in table[table["framework"] != "none"].groupby(by, sort=True, dropna=False):
+        cfg = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
+        base, ref, base_note, ref_note = _references(cfg, group, used, clean, baseline, match)
+        base_notes.add(base_note)
+        ref_notes.add(ref_note)
         for n, g_all in group.groupby("n_ranks", sort=True):
             g = g_all[g_all["outlier"].isna()] if "outlier" in g_all else g_all
-            if g.empty:
-                continue
-            rows.append(_loss_row(cfg, int(n), g, g_all, base, ref, confidence))
+            if not g.empty:
+                rows.append(_loss_row(cfg, int(n), g, g_all, base, ref, confidence))
     if not rows:
         raise ScalescopeError("no run with a framework (Horovod or DDP) to explain")
-    out = pd.DataFrame(rows)
-    for c in ("slowest_rank",):
-        out[c] = out[c].astype("Int32")
-    out.attrs.update(baseline="; ".join(sorted(base_notes)), reference="; ".join(sorted(ref_notes)),
-                     mode=run_mode, unit="full steps (partial batches left out, counted in n_partial_steps)",
-                     notes=notes)
-    return out
+    return rows, base_notes, ref_notes
+
+
+def _references(cfg: dict, group: pd.DataFrame, used: pd.DataFrame, clean: pd.DataFrame,
+                baseline: str | Mapping[str, object], match: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
+    """One configuration's baseline runs B and one-rank reference runs R (B when it has
+    none; with ``baseline="min"``, B itself), and the words saying what each is.
+
+    ``group``: the configuration's rows; ``used``: the rows that are not outliers;
+    ``clean``: those without an injected delay."""
+    same = {c: v for c, v in cfg.items() if c != "inject"}
+    gclean = _select(used[used["framework"] != "none"], same)
+    gclean = gclean[gclean["inject"].isna()]
+    one = gclean[gclean["n_ranks"] == 1]
+    base = select_baseline(clean, gclean if len(gclean) else group, baseline, match, placement=MACHINE_AXES)
+    if isinstance(baseline, Mapping):
+        base_note = f"selected: {dict(baseline)}"
+    elif baseline == "none":
+        base_note = "one process without a framework" + (f", same {', '.join(match)}" if match else "")
+    else:
+        base_note = "the configuration's own runs at its fewest ranks"
+        one = base
+    if base.empty:
+        raise ScalescopeError(
+            "no baseline runs for " + ", ".join(f"{c}={v}" for c, v in cfg.items())
+            + " (a one-process run without a framework, e.g. the sweep's --baseline); "
+            "pass baseline='min' to use the configuration's one-rank run")
+    ref_note = (f"{len(one)} one-rank run(s) of the configuration" if len(one)
+                else "none: framework overhead not separated (no one-rank run)")
+    return base, (one if len(one) else base), base_note, ref_note
 
 
 def _ids(frame: pd.DataFrame) -> frozenset:

@@ -224,20 +224,7 @@ def what_if(cost: pd.DataFrame, per_run: pd.DataFrame, runs: pd.DataFrame, *, co
     """
     import math
 
-    pts = cost[cost["n_ranks"] >= 2]
-    if config is None:
-        if pts.empty:
-            raise ScalescopeError("what-if needs sync times of runs with two or more ranks")
-        config = str(pts["config_backend"].value_counts().index[0])
-    pts = pts[pts["config_backend"] == config]
-    alpha_s = None
-    if pts["n_ranks"].nunique() < 2:
-        import warnings
-
-        warnings.warn(f"{config}: sync times at one rank count only ({sorted(pts['n_ranks'].unique().tolist())}): "
-                      "latency fixed at 0, bandwidth fitted; predictions are an optimistic bound", UserWarning,
-                      stacklevel=2)
-        alpha_s = 0.0
+    config, pts, alpha_s = _sync_points(cost, config)
     n_params = runs["n_params"].dropna()
     if n_params.empty:
         raise ScalescopeError("the manifests do not give n_params (needed for the bytes per synchronisation)")
@@ -246,10 +233,7 @@ def what_if(cost: pd.DataFrame, per_run: pd.DataFrame, runs: pd.DataFrame, *, co
     fit = fit_alpha_beta(measured, bytes_per_sync=nbytes, alpha_s=alpha_s)
     cfg = per_run[per_run["config_backend"] == config]
     batch = int(cfg["batch_size"].median())
-    base = per_run[(per_run["framework"] == "none") & (per_run["n_ranks"] == 1)]
-    if not base.empty and (base["batch_size"] == batch).any():
-        base = base[base["batch_size"] == batch]
-    ref = base if not base.empty else cfg[cfg["n_ranks"] == cfg["n_ranks"].min()]
+    ref = _reference_runs(per_run, cfg, batch)
     dataset = int(ref["samples_per_epoch"].median())
     ref_time = float(ref["epoch_time_s"].median())
     n_max = int(pts["n_ranks"].max())
@@ -262,6 +246,36 @@ def what_if(cost: pd.DataFrame, per_run: pd.DataFrame, runs: pd.DataFrame, *, co
     info = pd.DataFrame({"config_backend": [config], "batch_size": [batch], "bytes_per_sync": [nbytes]})
     return {"measured": measured, "fit": fit, "prediction": pred,
             "measured_speedup": ms[["n_ranks", "speedup"]], "config": info}
+
+
+def _sync_points(cost: pd.DataFrame, config: str | None) -> tuple[str, pd.DataFrame, float | None]:
+    """The configuration to model (default the one with the most multi-rank runs), its sync
+    costs at two or more ranks, and the latency to fix (0, warned, with one rank count only;
+    else None: fitted)."""
+    pts = cost[cost["n_ranks"] >= 2]
+    if config is None:
+        if pts.empty:
+            raise ScalescopeError("what-if needs sync times of runs with two or more ranks")
+        config = str(pts["config_backend"].value_counts().index[0])
+    pts = pts[pts["config_backend"] == config]
+    alpha_s = None
+    if pts["n_ranks"].nunique() < 2:
+        import warnings
+
+        warnings.warn(f"{config}: sync times at one rank count only ({sorted(pts['n_ranks'].unique().tolist())}): "
+                      "latency fixed at 0, bandwidth fitted; predictions are an optimistic bound", UserWarning,
+                      stacklevel=3)
+        alpha_s = 0.0
+    return config, pts, alpha_s
+
+
+def _reference_runs(per_run: pd.DataFrame, cfg: pd.DataFrame, batch: int) -> pd.DataFrame:
+    """The runs giving the compute per sample: the one-rank runs without a framework (at
+    ``batch`` when there are such), else the configuration's runs with the fewest ranks."""
+    base = per_run[(per_run["framework"] == "none") & (per_run["n_ranks"] == 1)]
+    if not base.empty and (base["batch_size"] == batch).any():
+        base = base[base["batch_size"] == batch]
+    return base if not base.empty else cfg[cfg["n_ranks"] == cfg["n_ranks"].min()]
 
 
 # ---------------------------------------------------------------------------------------

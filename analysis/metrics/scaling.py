@@ -349,8 +349,6 @@ def scaling_table(
     >>> t[["config_backend", "n_ranks", "speedup", "efficiency_frac"]].round(3).values.tolist()
     [['ddp', 1, 0.909, 0.909], ['ddp', 2, 1.667, 0.833], ['none', 1, 1.0, 1.0]]
     """
-    from analysis.metrics.stats import delta_interval, repeats_to_resolve, run_cv, verdict
-
     sp = run_speedups(per_run, baseline=baseline, mode=mode, by=by, match=match)
     by, _ = _by_match(per_run, by, match, mode)
     steps = "time_per_sample_s" in sp and sp["time_per_sample_s"].notna().any()
@@ -360,22 +358,9 @@ def scaling_table(
         g = g_all[g_all["outlier"].isna()]
         if g.empty:
             continue
-        if "framework" in g and "framework" not in row:
-            row["framework"] = g["framework"].iloc[0]
-        row["n_nodes"] = g["n_nodes"].max() if "n_nodes" in g else np.nan
-        row["n_runs"] = len(g)
-        row["n_outliers"] = len(g_all) - len(g)
-        row["outliers"] = "; ".join(f"{r}: {w}" for r, w in zip(g_all["run_id"], g_all["outlier"], strict=True)
-                                    if w is not None and w == w) or None if "run_id" in g_all else None
-        if "epoch_time_s" in g:
-            row.update(spread(g["epoch_time_s"], "epoch_time_s"))
-        if "throughput_samples_per_s" in g:
-            row.update(spread(g["throughput_samples_per_s"], "throughput_samples_per_s"))
+        row.update(_repeat_columns(g_all, g, framework="framework" not in row))
         n = float(row["n_ranks"])
-        base = sp.loc[[int(i) for i in str(g["_base_ids"].iloc[0]).split(",") if i != ""]] \
-            if "_base_ids" in g else g.iloc[0:0]
         n0 = float(g["baseline_n_ranks"].iloc[0])
-        t0 = float(g["_t0"].iloc[0])
         if steps:
             row["time_per_sample_s"] = float(g["_t"].mean())
             row["throughput_samples_per_s"] = n / row["time_per_sample_s"]
@@ -383,32 +368,84 @@ def scaling_table(
         row["baseline_epoch_time_s"] = float(g["baseline_epoch_time_s"].iloc[0])
         mode_here = _row_modes(g.iloc[:1], mode)[0]
         row["ideal_epoch_time_s"] = row["baseline_epoch_time_s"] * (n0 / n if mode_here == "strong" else 1.0)
-
-        def fn(means, n=n, n0=n0):
-            eff = means[0][0] / means[1][0]
-            return np.array([eff * n / n0, eff])
-
-        base_t = base["_t"].to_numpy(float)[:, None] if len(base) else np.array([[t0]])
-        est, lo, hi = delta_interval(fn, [base_t, g["_t"].to_numpy(float)[:, None]], confidence=confidence,
-                                     log=True)
-        same = set(base.index) == set(g.index)
-        if same:  # the baseline is this row itself: exactly 1, no interval needed
-            est, lo, hi = np.array([n / n0, 1.0]), np.array([n / n0, 1.0]), np.array([n / n0, 1.0])
-        row["speedup"], row["speedup_ci_low"], row["speedup_ci_high"] = float(est[0]), float(lo[0]), float(hi[0])
-        row["speedup_min"], row["speedup_max"] = float(g["speedup"].min()), float(g["speedup"].max())
-        row["efficiency_frac"] = float(est[1])
-        row["efficiency_frac_ci_low"], row["efficiency_frac_ci_high"] = float(lo[1]), float(hi[1])
-        row["efficiency_min_frac"] = float(g["efficiency_frac"].min())
-        row["efficiency_max_frac"] = float(g["efficiency_frac"].max())
-        row["efficiency_frac_verdict"] = None if same else verdict(lo[1], hi[1], 1.0)
-        cvs = [c for c in (run_cv(g["_t"]), run_cv(base["_t"]) if len(base) else np.nan) if np.isfinite(c)]
-        row["repeats_for_5pct"] = repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan
-        for c in ("data_frac", "sync_exposed_frac"):
-            if c in g and {"data_s", "exposed_s", "step_s"} <= set(g.columns):
-                num = "data_s" if c == "data_frac" else "exposed_s"
-                row[c] = float(g[num].mean() / g["step_s"].mean())
+        base = _baseline_runs_of(sp, g)
+        row.update(_speedup_columns(g, base, n, n0, confidence))
+        row["repeats_for_5pct"] = _repeats_for_5pct(g, base)
+        row.update(_step_shares(g))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _repeat_columns(g_all: pd.DataFrame, g: pd.DataFrame, *, framework: bool) -> dict:
+    """What the repeats ``g_all`` of one configuration and rank count are (``g``: those kept):
+    ``framework`` (when asked), ``n_nodes``, the counts and names of the outliers, and the
+    spread of the recorded epoch time and throughput."""
+    row = {}
+    if "framework" in g and framework:
+        row["framework"] = g["framework"].iloc[0]
+    row["n_nodes"] = g["n_nodes"].max() if "n_nodes" in g else np.nan
+    row["n_runs"] = len(g)
+    row["n_outliers"] = len(g_all) - len(g)
+    row["outliers"] = "; ".join(f"{r}: {w}" for r, w in zip(g_all["run_id"], g_all["outlier"], strict=True)
+                                if w is not None and w == w) or None if "run_id" in g_all else None
+    if "epoch_time_s" in g:
+        row.update(spread(g["epoch_time_s"], "epoch_time_s"))
+    if "throughput_samples_per_s" in g:
+        row.update(spread(g["throughput_samples_per_s"], "throughput_samples_per_s"))
+    return row
+
+
+def _baseline_runs_of(sp: pd.DataFrame, g: pd.DataFrame) -> pd.DataFrame:
+    """The baseline runs of the rows ``g`` of :func:`run_speedups`' table ``sp`` (by its
+    ``_base_ids``)."""
+    if "_base_ids" not in g:
+        return g.iloc[0:0]
+    return sp.loc[[int(i) for i in str(g["_base_ids"].iloc[0]).split(",") if i != ""]]
+
+
+def _speedup_columns(g: pd.DataFrame, base: pd.DataFrame, n: float, n0: float, confidence: float) -> dict:
+    """Speedup and efficiency of the kept repeats ``g`` at ``n`` ranks against the baseline
+    runs ``base`` at ``n0``: estimates, intervals over both sides, the repeats' range and the
+    efficiency's verdict against 1 (exactly 1, no verdict, when the baseline is ``g`` itself)."""
+    from analysis.metrics.stats import delta_interval, verdict
+
+    def fn(means):
+        eff = means[0][0] / means[1][0]
+        return np.array([eff * n / n0, eff])
+
+    base_t = base["_t"].to_numpy(float)[:, None] if len(base) else np.array([[float(g["_t0"].iloc[0])]])
+    est, lo, hi = delta_interval(fn, [base_t, g["_t"].to_numpy(float)[:, None]], confidence=confidence, log=True)
+    same = set(base.index) == set(g.index)
+    if same:  # the baseline is this row itself: exactly 1, no interval needed
+        est, lo, hi = np.array([n / n0, 1.0]), np.array([n / n0, 1.0]), np.array([n / n0, 1.0])
+    return {
+        "speedup": float(est[0]), "speedup_ci_low": float(lo[0]), "speedup_ci_high": float(hi[0]),
+        "speedup_min": float(g["speedup"].min()), "speedup_max": float(g["speedup"].max()),
+        "efficiency_frac": float(est[1]),
+        "efficiency_frac_ci_low": float(lo[1]), "efficiency_frac_ci_high": float(hi[1]),
+        "efficiency_min_frac": float(g["efficiency_frac"].min()),
+        "efficiency_max_frac": float(g["efficiency_frac"].max()),
+        "efficiency_frac_verdict": None if same else verdict(lo[1], hi[1], 1.0),
+    }
+
+
+def _repeats_for_5pct(g: pd.DataFrame, base: pd.DataFrame) -> float:
+    """Repeats per side that would resolve a 5% difference, from the pooled run-to-run CV
+    of the two sides (NaN when neither has one)."""
+    from analysis.metrics.stats import repeats_to_resolve, run_cv
+
+    cvs = [c for c in (run_cv(g["_t"]), run_cv(base["_t"]) if len(base) else np.nan) if np.isfinite(c)]
+    return repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan
+
+
+def _step_shares(g: pd.DataFrame) -> dict[str, float]:
+    """``data_frac`` and ``sync_exposed_frac`` of the repeats' mean step, where they have them."""
+    out = {}
+    for c in ("data_frac", "sync_exposed_frac"):
+        if c in g and {"data_s", "exposed_s", "step_s"} <= set(g.columns):
+            num = "data_s" if c == "data_frac" else "exposed_s"
+            out[c] = float(g[num].mean() / g["step_s"].mean())
+    return out
 
 
 def compare_groups(

@@ -89,25 +89,12 @@ def delta_interval(
     raw = np.atleast_1d(np.asarray(fn(means), dtype=float))
     logs = np.broadcast_to(np.asarray(log, dtype=bool), raw.shape) & (raw > 0)
     if logs.any():
-        inner = fn
-
-        def fn(m, inner=inner):
-            v = np.atleast_1d(np.asarray(inner(m), dtype=float))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(logs, np.log(np.where(logs, v, 1.0)), v)
-
+        fn = _on_log_scale(fn, logs)
     est = np.atleast_1d(np.asarray(fn(means), dtype=float))
     var_parts = np.zeros((len(sides), est.size))
     depends = np.zeros((len(sides), est.size), dtype=bool)
     for i, (m, cov, _k) in enumerate(stats):
-        grads = np.zeros((m.size, est.size))
-        for j in range(m.size):
-            h = 1e-6 * max(abs(m[j]), 1e-9)
-            up = [x.copy() for x in means]
-            dn = [x.copy() for x in means]
-            up[i][j] += h
-            dn[i][j] -= h
-            grads[j] = (np.atleast_1d(fn(up)) - np.atleast_1d(fn(dn))) / (2 * h)
+        grads = _gradients(fn, means, i, est.size)
         depends[i] = np.abs(grads).max(axis=0) > 0 if m.size else False
         if np.isnan(cov).any():
             var_parts[i] = np.where(depends[i], np.nan, 0.0)
@@ -120,17 +107,48 @@ def delta_interval(
         used = depends[:, q]
         if (ks[used] < min_repeats).any() or np.isnan(var_parts[used, q]).any() or not np.isfinite(est[q]):
             continue
-        v = np.clip(var_parts[used, q], 0, None)
-        total = float(v.sum())
-        if total <= 0:
-            low[q] = high[q] = est[q]
-            continue
-        df = total**2 / float((v**2 / (ks[used] - 1)).sum())
-        half = float(_st.t.ppf((1 + confidence) / 2, df)) * np.sqrt(total)
-        low[q], high[q] = est[q] - half, est[q] + half
+        low[q], high[q] = _t_interval(est[q], np.clip(var_parts[used, q], 0, None), ks[used], confidence)
     if logs.any():
         est, low, high = (np.where(logs, np.exp(x), x) for x in (est, low, high))
     return est, low, high
+
+
+def _on_log_scale(fn: Callable[[Sequence[np.ndarray]], np.ndarray],
+                  logs: np.ndarray) -> Callable[[Sequence[np.ndarray]], np.ndarray]:
+    """``fn`` with the outputs flagged in ``logs`` replaced by their logarithm."""
+    def wrapped(m):
+        v = np.atleast_1d(np.asarray(fn(m), dtype=float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(logs, np.log(np.where(logs, v, 1.0)), v)
+
+    return wrapped
+
+
+def _gradients(fn: Callable[[Sequence[np.ndarray]], np.ndarray], means: Sequence[np.ndarray], i: int,
+               n_out: int) -> np.ndarray:
+    """Gradient (side ``i``'s quantities × outputs) of ``fn`` in side ``i``'s means, by
+    central differences with a step of 1e-6 relative."""
+    m = means[i]
+    grads = np.zeros((m.size, n_out))
+    for j in range(m.size):
+        h = 1e-6 * max(abs(m[j]), 1e-9)
+        up = [x.copy() for x in means]
+        dn = [x.copy() for x in means]
+        up[i][j] += h
+        dn[i][j] -= h
+        grads[j] = (np.atleast_1d(fn(up)) - np.atleast_1d(fn(dn))) / (2 * h)
+    return grads
+
+
+def _t_interval(est: float, v: np.ndarray, ks: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Student's t interval of ``est`` from the variance parts ``v`` of the sides it uses
+    (``ks`` runs each), Welch-Satterthwaite degrees of freedom; a point when ``v`` is all 0."""
+    total = float(v.sum())
+    if total <= 0:
+        return est, est
+    df = total**2 / float((v**2 / (ks - 1)).sum())
+    half = float(_st.t.ppf((1 + confidence) / 2, df)) * np.sqrt(total)
+    return est - half, est + half
 
 
 def verdict(low: float, high: float, null: float = 0.0) -> str:
