@@ -178,7 +178,7 @@ def outliers(per_run: pd.DataFrame, *, value: str = "time_per_sample_s",
              extra: Sequence[str] = ()) -> pd.Series:
     """:func:`analysis.metrics.stats.flag_outliers` over the repeats of each configuration
     and rank count (:func:`config_columns`): the reason per run, or None."""
-    cols = [*config_columns(per_run, extra), "n_ranks"]
+    cols = list(dict.fromkeys([*config_columns(per_run, extra), "n_ranks"]))
     return flag_outliers(per_run[value], per_run[cols].astype(object).fillna("-"))
 
 

@@ -211,6 +211,8 @@ def flag_outliers(values: pd.Series, groups: pd.DataFrame | None = None) -> pd.S
     is flagged (the median decides which side is normal).
     """
     out = pd.Series([None] * len(values), index=values.index, dtype=object)
+    if values.empty:  # (an empty frame's row-wise join is a frame, not keys)
+        return out
     keys = (groups.astype(str).agg("|".join, axis=1) if groups is not None and len(groups.columns)
             else pd.Series("all", index=values.index))
     for _, idx in values.groupby(keys, sort=False).groups.items():

@@ -209,3 +209,10 @@ def test_compare_groups_verdicts():
     assert c.loc["b", "relative_time"] == pytest.approx(2.0)
     assert c.loc["b", "relative_time_verdict"] == DISTINGUISHABLE
     assert pd.isna(c.loc["a", "relative_time_verdict"])  # the reference row
+
+
+def test_flag_outliers_of_no_runs_is_empty():
+    # an empty frame's row-wise join is a frame, not keys: scaling_loss on runs without
+    # phase records raised a raw pandas ValueError from here instead of saying why
+    out = flag_outliers(pd.Series([], dtype=float), pd.DataFrame({"config_backend": [], "n_ranks": []}))
+    assert out.empty
