@@ -430,7 +430,10 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
         if tested:
             head += f" (95 % interval {lo:.2f}-{hi:.2f})"
         elif "efficiency_ci_low" in d:
-            head += f" (no interval: {int(d.get('n_runs', 0))} repeat(s), fewer than 3)"
+            n = int(d.get("n_runs", 0))
+            head += (f" (no interval: {n} repeat(s), fewer than 3)" if n < 3 else
+                     f" (no interval: {n} repeats here, but a run it is compared with, the baseline or the "
+                     "one-rank run, has fewer than 3 usable repeats)")
         gap = d["gap_s"]
         if not gap > 0:
             out.append(head + "; its steps are no slower than the baseline's.")
