@@ -139,7 +139,8 @@ as_category = _as_category
 
 #: The runs table's machine axes (``RunSet.runs``): where a run ran, from SLURM or the
 #: sweep's ``--label cluster=/partition=``. Studies keep runs that differ in one apart; the
-#: one list of them (``analysis.runset``, ``analysis.metrics.gap``).
+#: one list of them (the runs table, the studies, the metrics; with ``gpu_model`` where a
+#: GPU model also keeps runs apart).
 MACHINE_AXES: tuple[str, ...] = ("cluster", "partition")
 
 

@@ -16,6 +16,7 @@ from analysis import metrics as M
 from analysis import plots as P
 from analysis.errors import ScalescopeError
 from analysis.runset import RunSet
+from analysis.schema import MACHINE_AXES
 
 
 class Skip(Exception):
@@ -85,7 +86,7 @@ def _axes(ctx: Context) -> tuple[str, ...]:
     """The placement axes (cluster, partition, GPU model) on which the usable runs differ:
     the scaling studies keep them apart (each with its own baseline)."""
     pr = ctx.per_run
-    return tuple(c for c in ("cluster", "partition", "gpu_model") if c in pr.columns and pr[c].nunique() >= 2)
+    return tuple(c for c in (*MACHINE_AXES, "gpu_model") if c in pr.columns and pr[c].nunique() >= 2)
 
 
 def _config_by(ctx: Context) -> tuple[str, ...]:
@@ -685,7 +686,7 @@ def _study_clusters(ctx: Context) -> Section:
     sec.figures.append(("clusters_slopes", P.plot_speedup_slopes(fit, by=(axis, "config_backend"))))
     sec.tables.append(("clusters_slopes", fit, "Speedup per added rank (least squares, Student-t interval)."))
     sec.tables.append(("clusters_scaling", table, f"Against one baseline ({first})."))
-    what = [c for c in ("cluster", "partition", "gpu_model", "gpus_per_node", "gpus_on_node", "nodes", "labels")
+    what = [c for c in (*MACHINE_AXES, "gpu_model", "gpus_per_node", "gpus_on_node", "nodes", "labels")
             if c in pr.columns]
     sec.tables.append(("clusters_what_differs", pr[[axis, *[c for c in what if c != axis]]].drop_duplicates()
                        .sort_values(axis).reset_index(drop=True), f"What each {axis} is, as recorded."))

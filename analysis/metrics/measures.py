@@ -19,11 +19,12 @@ from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns
 from analysis.metrics.breakdown import WARMUP, step_times, time_breakdown, warmup_steps
 from analysis.metrics.stats import flag_outliers
+from analysis.schema import MACHINE_AXES
 
 #: Per-step parts (s) every run measure is a mean of.
 PARTS: tuple[str, ...] = ("step_s", "data_s", "compute_s", "exposed_s", "straggler_s", "other_s", "sync_total_s")
 #: Columns that make two runs repeats of one configuration (with ``n_ranks``), where present.
-CONFIG_COLUMNS: tuple[str, ...] = ("cluster", "partition", "gpu_model", "config_backend", "batch_size", "inject")
+CONFIG_COLUMNS: tuple[str, ...] = (*MACHINE_AXES, "gpu_model", "config_backend", "batch_size", "inject")
 #: Tolerance when telling strong from weak scaling by the samples per epoch.
 MODE_TOL = 0.05
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics._common import require_columns
+from analysis.schema import MACHINE_AXES
 
 
 def compute_update_breakdown(breakdown: pd.DataFrame, runs: pd.DataFrame, *,
@@ -74,7 +75,7 @@ def peak_memory(epochs: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Da
         extra[run_id] = float(r0.iloc[0] - others.median()) if len(r0) and len(others) else np.nan
     out["rank0_extra_mib"] = out["run_id"].map(extra).astype(float)
     if runs is not None:
-        meta = [c for c in ("run_id", "experiment", "cluster", "partition", "gpu_model", "config_backend", "n_ranks",
+        meta = [c for c in ("run_id", "experiment", *MACHINE_AXES, "gpu_model", "config_backend", "n_ranks",
                             "n_nodes", "batch_size") if c in runs.columns]
         out = runs[meta].merge(out, on="run_id", how="inner")
     return out

@@ -12,10 +12,11 @@ from scipy import stats
 from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns, spread
 from analysis.metrics.stats import CONFIDENCE
+from analysis.schema import MACHINE_AXES
 
 #: Run metadata carried into per-run tables (plus every ``vary_*`` and ``label_*`` column).
 RUN_META: tuple[str, ...] = (
-    "run_id", "experiment", "cluster", "partition", "gpu_model", "gpus_per_node", "gpus_on_node", "nodes", "labels",
+    "run_id", "experiment", *MACHINE_AXES, "gpu_model", "gpus_per_node", "gpus_on_node", "nodes", "labels",
     "status",
     "framework", "backend", "config_backend", "requested_backend", "n_ranks", "n_nodes", "batch_size",
     "global_batch_size", "learning_rate", "lr_scaling", "inject", "repeat", "scaling", "data_scale",
@@ -24,7 +25,7 @@ RUN_META: tuple[str, ...] = (
 
 #: Where and how a run ran: the axes on which clusters, partitions and experiments are compared
 #: (``by=``). A ``"none"`` baseline is taken from the same value of each of them in ``by``.
-PLACEMENT_AXES: tuple[str, ...] = ("experiment", "cluster", "partition", "gpu_model", "gpus_per_node", "scaling")
+PLACEMENT_AXES: tuple[str, ...] = ("experiment", *MACHINE_AXES, "gpu_model", "gpus_per_node", "scaling")
 
 
 #: Epochs each epoch-level study drops as warm-up (when a run has more; ``docs/metrics.md``).

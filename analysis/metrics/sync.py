@@ -21,6 +21,7 @@ from analysis.metrics.breakdown import (
     time_breakdown,
     warmup_steps,
 )
+from analysis.schema import MACHINE_AXES
 
 
 @maps_over(unit="rank", timeline_rank=0)  # time_breakdown's, with its default timeline_rank
@@ -150,8 +151,8 @@ def sync_cost(syncs: pd.DataFrame, *, runs: pd.DataFrame | None = None) -> pd.Da
     if runs is not None:
         # placement columns only where recorded (no empty columns posing as data)
         meta = [c for c in ("run_id", "framework", "backend", "config_backend", "n_ranks", "n_nodes",
-                            "batch_size", "repeat", "cluster", "partition", "gpu_model") if c in runs.columns
-                and (c not in ("cluster", "partition", "gpu_model") or runs[c].notna().any())]
+                            "batch_size", "repeat", *MACHINE_AXES, "gpu_model") if c in runs.columns
+                and (c not in (*MACHINE_AXES, "gpu_model") or runs[c].notna().any())]
         out = runs[meta].merge(out, on="run_id", how="inner")
     return out
 
