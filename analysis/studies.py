@@ -79,7 +79,13 @@ def _breakdown(ctx: Context) -> pd.DataFrame:
 
 
 def _breakdown_by_ranks(ctx: Context) -> pd.DataFrame:
-    return ctx.memo("breakdown_by_ranks", lambda: M.breakdown_by_ranks(_breakdown(ctx), _runs(ctx)))
+    """Step-time shares per configuration (:func:`_config_by`: batch sizes never pooled) and
+    rank count."""
+    def make():
+        runs = _runs(ctx)
+        return M.breakdown_by_ranks(_breakdown(ctx), runs, by=tuple(c for c in _config_by(ctx) if c in runs))
+
+    return ctx.memo("breakdown_by_ranks", make)
 
 
 def _axes(ctx: Context) -> tuple[str, ...]:
@@ -297,9 +303,8 @@ def _study_breakdown(ctx: Context) -> Section:
                   "in the step time, measured as unions of intervals (overlaps counted once).")
     b = _breakdown_by_ranks(ctx)
     sec.figures.append(("breakdown", P.plot_breakdown(b)))
-    sec.tables.append(("breakdown_by_ranks", b, "Full steps after warm-up, pooled over ranks, repeats and batch "
-                                                "sizes (the summary table has them per batch size); times are "
-                                                "per step."))
+    sec.tables.append(("breakdown_by_ranks", b, "Full steps after warm-up, pooled over ranks and repeats, per "
+                                                "configuration and batch size; times are per step."))
     per_rank = M.time_breakdown(ctx.need_events(), level="rank")
     sec.tables.append(("breakdown_per_rank", per_rank, "Per run and rank."))
     ev = ctx.need_events()
