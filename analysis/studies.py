@@ -363,7 +363,8 @@ def _study_scaling(ctx: Context) -> Section:
     except ScalescopeError:
         points = M.run_speedups(pr, baseline="min", by=by)
     points = points[points["outlier"].isna()] if "outlier" in points else points
-    fit = M.fit_speedup(points[points["framework"] != "none"], by=(*axes, "config_backend"))
+    # one fit per configuration, batch size included (never pooled over batch sizes)
+    fit = M.fit_speedup(points[points["framework"] != "none"], by=tuple(c for c in by if c in points))
     bounds = M.node_boundaries(_runs(ctx), by=axes)
     mode, _ = _mode(ctx)
     t = table if mode in ("strong", "weak") else table.drop(columns=["ideal_epoch_time_s"], errors="ignore")

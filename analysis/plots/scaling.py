@@ -76,6 +76,9 @@ def plot_scaling(
             if not np.isfinite(f["slope_per_rank"]):
                 continue
             group = group_label(f, by)
+            by_cols = [by] if isinstance(by, str) else list(by or ())
+            if "batch_size" in f.index and "batch_size" not in by_cols and pd.notna(f["batch_size"]):
+                group = f"{group} · bs {int(f['batch_size'])}" if group else f"bs {int(f['batch_size'])}"
             label = f"fit {group}" if group else "fit"
             ci = ""
             if np.isfinite(f.get("slope_ci_low", np.nan)):
