@@ -10,24 +10,17 @@ import struct
 import pandas as pd
 import pytest
 
-from analysis import metrics as M
 from analysis import plots as P
 from analysis import report as R
 from analysis.export import PRINT_DPI, PRINT_WIDTH_IN, export_many, find_browser
-from analysis.runset import RunSet
 
 
 @pytest.fixture(scope="module")
 def figures(data_dir):
     """Every figure the report draws on the hand-built experiment."""
-    rs = RunSet.from_dirs([data_dir / "experiment_small"])
-    ctx = R._Context(rs, rs.events, None, M.run_summary(rs))
+    ctx = R.load([data_dir / "experiment_small"])
     figs = {}
-    for _key, _, study in R.STUDIES:
-        try:
-            sec = study(ctx)
-        except R.Skip:
-            continue
+    for sec in R.run_studies(ctx, []):
         figs.update(dict(sec.figures))
     assert len(figs) >= 8
     return figs
