@@ -159,9 +159,14 @@ def test_one_run_of_four_ranks_is_four_tasks(dirs, serial, counted):
     pd.testing.assert_frame_equal(M.step_times(one), by_run["step_times"])
     pd.testing.assert_frame_equal(M.time_breakdown(one), by_run["time_breakdown"])
     pd.testing.assert_frame_equal(M.sync_times(one), by_run["sync_times"])
-    # a task per rank trace; the timeline is read beside rank 0's trace when the metric uses
-    # it (time_breakdown, sync_times), else in a task of its own (for its warnings and damage)
-    assert counted == [("step_times", 5), ("time_breakdown", 4), ("sync_times", 4)]
+    # a task per rank trace for step_times; time_breakdown and sync_times decide warm-up per
+    # run (every rank drops the same steps), so the run is one task unless warm-up is off
+    assert counted == [("step_times", 5), ("time_breakdown", 1), ("sync_times", 1)]
+    counted.clear()
+    # without warm-up, a task per rank trace, the timeline read beside rank 0's trace
+    pd.testing.assert_frame_equal(M.time_breakdown(one, warmup=0),
+                                  M.time_breakdown(one.read_runs("events"), warmup=0))
+    assert counted[0] == ("time_breakdown", 4)
     counted.clear()
     scale.load_table(one, "events")
     assert counted == [("reading ranks", 5)]
@@ -238,7 +243,10 @@ def test_damaged_rank_split_gives_the_tables_and_warnings_of_whole_runs(damaged,
     # metric that declares no mapping is reduced run by run)
     whole = RunSet.from_dirs(damaged, workers=2)
     undeclared = globals()[f"_whole_{study}"]
-    assert not hasattr(undeclared, "mapping") and metric.mapping.unit_of({}) == "rank"
+    # step_times is per rank; the others decide warm-up per run (every rank drops the same steps)
+    assert not hasattr(undeclared, "mapping")
+    assert metric.mapping.unit_of({}) == ("rank" if study == "step_times" else "run")
+    assert metric.mapping.unit_of({"warmup": 0}) == "rank"
     by_run, by_run_warn = _caught(lambda: scale.per_run(whole, undeclared))
     split = RunSet.from_dirs(damaged, workers=2)
     got, got_warn = _caught(lambda: metric(split))

@@ -296,7 +296,10 @@ def _in_flight(sync_phases: iv.Intervals, comm: pd.DataFrame | None, timeline: p
     return iv.union_of(*parts)
 
 
-@maps_over(unit=lambda options: "run" if options.get("level") == "run" else "rank", timeline_rank="timeline_rank")
+# warm-up is decided per run (every rank drops the steps the slowest-settling rank needs), so
+# only a read without warm-up can be reduced rank by rank
+@maps_over(unit=lambda options: "rank" if options.get("level") != "run" and not options.get("warmup", WARMUP)
+           else "run", timeline_rank="timeline_rank")
 def time_breakdown(
     events: pd.DataFrame,
     *,

@@ -24,7 +24,9 @@ from analysis.metrics.breakdown import (
 from analysis.schema import MACHINE_AXES
 
 
-@maps_over(unit="rank", timeline_rank=0)  # time_breakdown's, with its default timeline_rank
+# time_breakdown's mapping, with its default timeline_rank: per run unless warm-up is off
+@maps_over(unit=lambda options: "rank" if options.get("keep_warmup") or not options.get("warmup", WARMUP)
+           else "run", timeline_rank=0)
 def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CATS,
                warmup: int | str | None = WARMUP, keep_warmup: bool = False) -> pd.DataFrame:
     """Both gradient-synchronisation times of every step: one row per rank and step.
