@@ -118,7 +118,11 @@ def test_backward_delay_grows_compute(loss, backend):
     clean, slow = _row(table, backend, None), _row(table, backend, "backward:30")
     tol = _tolerance(rs, backend, "backward:30")
     added = slow["measured_step_s"] - clean["measured_step_s"]
-    d_compute = slow["compute_s"] - clean["compute_s"]
+    # where the ranks' threads oversubscribe the cores (Horovod's background thread beside
+    # torch's on 2 cores), grown compute is attributed to CPU contention, a cause of its own:
+    # the sleep in backward is compute grown either way
+    grown = lambda r: r["compute_s"] + r.get("contention_s", 0.0)  # noqa: E731
+    d_compute = grown(slow) - grown(clean)
     assert d_compute >= 0.8 * 0.030 - tol, (added, d_compute, tol)
     assert d_compute >= 0.7 * added - tol, (added, d_compute, tol)
 

@@ -53,10 +53,25 @@ def _recovered(m, ms):
 
 
 @pytest.mark.parametrize("ms", MAGNITUDES_MS)
+def _sleep_overshoot(ms: float, n: int = 20) -> float:
+    """How much longer than asked a ``time.sleep`` of ``ms`` takes on this machine now (the
+    largest of ``n``): the injection is such a sleep, so the step time it adds is the delay
+    plus this, never less than the delay."""
+    import time
+
+    over = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        time.sleep(ms / 1e3)
+        over.append(time.perf_counter() - t0 - ms / 1e3)
+    return max(over)
+
+
 def test_each_injected_delay_falls_inside_its_interval(measured, ms):
     m, _ = measured
     est, lo, hi = _added(m, ms, parts=("step_s",))
-    assert lo <= ms / 1e3 <= hi, (ms, est, lo, hi)
+    # the sleep overshoots by the machine's scheduling delay (measured here, not assumed)
+    assert lo <= ms / 1e3 + _sleep_overshoot(ms) and ms / 1e3 <= hi, (ms, est, lo, hi)
     cause, _, _ = _recovered(m, ms)
     assert cause >= 0.85 * ms / 1e3, (ms, cause)
 
