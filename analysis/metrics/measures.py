@@ -232,7 +232,8 @@ def scaling_mode(runs: pd.DataFrame, epochs: pd.DataFrame | None, *,
         key = key if isinstance(key, tuple) else (key,)
         recorded = sorted(set(g["scaling"].dropna().astype(str))) if "scaling" in g else []
         s = g.groupby("n_ranks")["_s"].median().dropna()
-        if g["_s"].isna().all():
+        no_dataset = "dataset_size" in g and g["dataset_size"].isna().all()
+        if g["_s"].isna().all() or no_dataset:  # fixed iterations: samples counted, no dataset
             mode = "throughput"
         elif len(s) < 2:
             mode = recorded[0] if len(recorded) == 1 else "strong"

@@ -52,7 +52,6 @@ def _recovered(m, ms):
     return _added(m, ms)
 
 
-@pytest.mark.parametrize("ms", MAGNITUDES_MS)
 def _sleep_overshoot(ms: float, n: int = 20) -> float:
     """How much longer than asked a ``time.sleep`` of ``ms`` takes on this machine now (the
     largest of ``n``): the injection is such a sleep, so the step time it adds is the delay
@@ -67,6 +66,7 @@ def _sleep_overshoot(ms: float, n: int = 20) -> float:
     return max(over)
 
 
+@pytest.mark.parametrize("ms", MAGNITUDES_MS)
 def test_each_injected_delay_falls_inside_its_interval(measured, ms):
     m, _ = measured
     est, lo, hi = _added(m, ms, parts=("step_s",))
