@@ -335,23 +335,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``scalescope`` command. Ctrl-C at any moment prints one line and returns 130;
     scalescope's own errors and a machine's refusals (an unwritable location, a full disk)
     print one line naming the path and return 1."""
-    return run_command(argv)
-
-
-def run_command(argv: Sequence[str] | None = None, *, prefix: Sequence[str] = ()) -> int:
-    """:func:`main` with ``prefix`` put before the arguments (``prefix=["report"]`` runs
-    ``scalescope report`` with ``argv``)."""
     # first of all, before the parser imports the subcommands (pandas, plotly): from here
     # on a Ctrl-C is one line and exit status 130, whatever is running
     previous = _install_sigint()
-    command = prefix[0] if prefix else None
+    command = None
     import warnings
 
     shown = warnings.showwarning
     try:
         warnings.showwarning = _show_warning
         parser = build_parser()
-        args = parser.parse_args([*prefix, *(sys.argv[1:] if argv is None else argv)])
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
         command = args.command
         if not getattr(args, "func", None):
             parser.print_help()
