@@ -317,13 +317,43 @@ def cpu_contention(runs: pd.DataFrame, samples: pd.DataFrame | None) -> pd.DataF
     return out
 
 
+#: Other processes' CPU (100 = one core) above which an outlier's reason names them.
+NEIGHBOUR_PCT = 50.0
+
+
+def neighbour_cpu(samples: pd.DataFrame | None) -> pd.Series:
+    """Per run: the CPU that processes other than its ranks used on its hosts while it ran.
+
+    At each sample time, a host's busy CPU (its average ``cpu_util_pct`` times the cores its
+    per-core samples show) less the sum of the run's ranks' ``cpu_util_pct`` on that host,
+    clipped at 0; the median over the run's sample times, the largest over its hosts. 100 % is
+    one core. Returns a Series indexed by ``run_id`` (runs without host and rank CPU samples are
+    absent).
+    """
+    if samples is None or not len(samples) or not {"cpu_util_pct", "cpu_core", "rank"} <= set(samples.columns):
+        return pd.Series(dtype=float, name="neighbour_cpu_pct")
+    s = samples[samples["cpu_util_pct"].notna()].assign(run_id=lambda d: d["run_id"].astype(object),
+                                                        host=lambda d: d["host"].astype(object))
+    keys = ["run_id", "host", "ts_ns"]
+    cores = s[s["cpu_core"].notna()].groupby(["run_id", "host"])["cpu_core"].nunique().rename("cores")
+    host = s[s["cpu_core"].isna() & s["rank"].isna()].groupby(keys)["cpu_util_pct"].mean().rename("host_pct")
+    ranks = s[s["rank"].notna()].groupby(keys)["cpu_util_pct"].sum().rename("ranks_pct")
+    both = pd.concat([host, ranks], axis=1, join="inner").join(cores, on=["run_id", "host"], how="inner")
+    if both.empty:
+        return pd.Series(dtype=float, name="neighbour_cpu_pct")
+    other = (both["host_pct"] * both["cores"] - both["ranks_pct"]).clip(lower=0)
+    return other.groupby(level=["run_id", "host"]).median().groupby(level="run_id").max().rename("neighbour_cpu_pct")
+
+
 def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFrame | None = None,
                  samples: pd.DataFrame | None = None, warmup: int | str | None = WARMUP,
                  by: Sequence[str] = ()) -> pd.DataFrame:
     """The one per-run table every study compares: runs metadata, :func:`run_measures`,
     ``outlier`` (why the run is left out of its configuration's mean, else None) and the
     :func:`cpu_contention` evidence (``contention``, ``contention_evidence``,
-    ``rank_cpu_pct``, ``host_cpus``, ``ranks_per_host``).
+    ``rank_cpu_pct``, ``host_cpus``, ``ranks_per_host``) and :func:`neighbour_cpu`
+    (``neighbour_cpu_pct``; an outlier's reason names other processes' CPU from
+    :data:`NEIGHBOUR_PCT` up).
 
     ``by``: extra columns that make runs different configurations (for the outlier test).
     """
@@ -333,6 +363,11 @@ def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFra
     meta = runs.assign(run_id=runs["run_id"].astype(object))
     out = meta.merge(m, on="run_id", how="inner")
     out["outlier"] = outliers(out, extra=by)
+    out["neighbour_cpu_pct"] = out["run_id"].map(neighbour_cpu(samples)).astype(float)
+    busy = out["outlier"].notna() & (out["neighbour_cpu_pct"] >= NEIGHBOUR_PCT)
+    out.loc[busy, "outlier"] = [f"{why}; the CPU samples show other processes using {pct / 100:.1f} cores "
+                                "while it ran" for why, pct in out.loc[busy, ["outlier", "neighbour_cpu_pct"]]
+                                .itertuples(index=False)]
     c = cpu_contention(meta, samples)[["run_id", "contention", "evidence", "rank_cpu_pct", "host_cpus",
                                        "ranks_per_host"]]
     out = out.merge(c.rename(columns={"evidence": "contention_evidence"}), on="run_id", how="left")

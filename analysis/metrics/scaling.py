@@ -120,7 +120,7 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
         ``n_steps``, ``n_partial_steps``, ``n_warmup_steps``, ``step_s``, ``data_s``,
         ``compute_s``, ``exposed_s``, ``straggler_s``, ``other_s``, ``sync_total_s``,
         ``time_per_sample_s``, ``data_frac``, ``sync_exposed_frac``, ``outlier``,
-        ``contention``, ``contention_evidence``; there ``throughput_samples_per_s`` is the
+        ``contention``, ``contention_evidence``, ``neighbour_cpu_pct``; there ``throughput_samples_per_s`` is the
         step-based one (n_ranks · batch_size / step_s). Runs with neither epoch metrics nor
         step records are left out.
     """
@@ -164,7 +164,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "n_steps", "n_partial_steps", "n_warmup_steps", "step_s", "data_s", "compute_s", "exposed_s",
     "straggler_s", "other_s", "sync_total_s", "time_per_sample_s", "throughput_samples_per_s", "data_frac",
     "sync_exposed_frac", "outlier", "contention", "contention_evidence", "rank_cpu_pct", "host_cpus",
-    "ranks_per_host", "slowest_counts",
+    "ranks_per_host", "neighbour_cpu_pct", "slowest_counts",
 )
 
 

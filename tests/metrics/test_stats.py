@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as st
 
 from analysis.metrics import compare_groups, scaling_loss, scaling_mode, scaling_table, step_table
-from analysis.metrics.measures import cpu_contention, select_baseline, slowest
+from analysis.metrics.measures import cpu_contention, neighbour_cpu, select_baseline, slowest
 from analysis.metrics.stats import (
     DISTINGUISHABLE,
     NO_INTERVAL,
@@ -191,6 +191,25 @@ def test_contention_from_threads_and_from_cpu_share():
                             "rank": [pd.NA, pd.NA, 0, 1], "cpu_util_pct": [100.0, 100.0, 180.0, 90.0]})
     c = cpu_contention(runs[["run_id", "framework", "n_ranks", "n_nodes"]], samples).set_index("run_id")
     assert bool(c.loc["d", "over_share"]) and c.loc["d", "host_cpus"] == 2
+
+
+def test_neighbour_cpu_is_the_hosts_busy_cores_less_the_runs_ranks():
+    # two sample times on a 4-core host: host 75 % then 50 % busy; the run's two ranks 100 + 50 %
+    # then 100 + 100 %: 150 % then 0 % of a core used by others, median 75 %; a second host
+    # with no neighbour counts less, the largest host is taken
+    rows = []
+    for ts, host_pct, r0, r1 in ((1, 75.0, 100.0, 50.0), (2, 50.0, 100.0, 100.0)):
+        rows += [{"ts_ns": ts, "host": "a", "cpu_core": c, "rank": pd.NA, "cpu_util_pct": host_pct} for c in range(4)]
+        rows += [{"ts_ns": ts, "host": "a", "cpu_core": pd.NA, "rank": pd.NA, "cpu_util_pct": host_pct},
+                 {"ts_ns": ts, "host": "a", "cpu_core": pd.NA, "rank": 0, "cpu_util_pct": r0},
+                 {"ts_ns": ts, "host": "a", "cpu_core": pd.NA, "rank": 1, "cpu_util_pct": r1},
+                 {"ts_ns": ts, "host": "b", "cpu_core": 0, "rank": pd.NA, "cpu_util_pct": 50.0},
+                 {"ts_ns": ts, "host": "b", "cpu_core": pd.NA, "rank": pd.NA, "cpu_util_pct": 50.0},
+                 {"ts_ns": ts, "host": "b", "cpu_core": pd.NA, "rank": 2, "cpu_util_pct": 60.0}]
+    s = pd.DataFrame(rows).assign(run_id="r")
+    s["cpu_core"], s["rank"] = s["cpu_core"].astype("Int16"), s["rank"].astype("Int32")
+    assert neighbour_cpu(s).to_dict() == {"r": pytest.approx(75.0)}
+    assert neighbour_cpu(None).empty and neighbour_cpu(s.drop(columns=["rank"])).empty
 
 
 def test_one_baseline_rule():
