@@ -22,6 +22,18 @@ from analysis.plots._theme import (
 )
 
 
+def _stacked_shares(t: pd.DataFrame, labels: list, comps: list[str], *, of: str, title: str) -> go.Figure:
+    """One stacked bar per row of ``t``: each component's ``*_frac`` in % of ``of``."""
+    fig = go.Figure()
+    for c in comps:
+        fig.add_trace(go.Bar(name=COMPONENT_LABELS[c], x=labels, y=(t[f"{c}_frac"] * 100).tolist(),
+                             marker_color=COMPONENT_COLOURS[c],
+                             hovertemplate="<b>%{x}</b><br>" + COMPONENT_LABELS[c]
+                                           + f": %{{y:.1f}} % of {of}<extra></extra>"))
+    fig.update_layout(barmode="stack", title=title)
+    return fig
+
+
 def plot_breakdown(table: pd.DataFrame, *, x: str = "n_ranks", by: str | None = "config_backend",
                    title: str = "Where a training step's time goes") -> go.Figure:
     """Stacked bars of step-time shares (%) against the rank count.
@@ -36,13 +48,7 @@ def plot_breakdown(table: pd.DataFrame, *, x: str = "n_ranks", by: str | None = 
     require_columns(table, [x, *[f"{c}_frac" for c in comps]], "plot_breakdown")
     t = table.sort_values([c for c in (by, "batch_size", x) if c and c in table.columns])
     labels = bar_labels(t, x, by)
-    fig = go.Figure()
-    for c in comps:
-        fig.add_trace(go.Bar(name=COMPONENT_LABELS[c], x=labels, y=(t[f"{c}_frac"] * 100).tolist(),
-                             marker_color=COMPONENT_COLOURS[c],
-                             hovertemplate="<b>%{x}</b><br>" + COMPONENT_LABELS[c]
-                                           + ": %{y:.1f} % of the step<extra></extra>"))
-    fig.update_layout(barmode="stack", title=title)
+    fig = _stacked_shares(t, labels, comps, of="the step", title=title)
     many = by is not None and by in t.columns and t[by].nunique(dropna=False) > 1  # as bar_labels
     fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if many else RANKS_TITLE, type="category",
                      tickangle=-35 if many else 0)
@@ -58,13 +64,7 @@ def plot_gpu_breakdown(table: pd.DataFrame, *, title: str = "GPU time per rank (
     t = table.sort_values(["run_id", "rank"])
     many = t["run_id"].nunique() > 1
     labels = [f"{r.run_id} · rank {r.rank}" if many else f"rank {r.rank}" for r in t.itertuples()]
-    fig = go.Figure()
-    for c in comps:
-        fig.add_trace(go.Bar(name=COMPONENT_LABELS[c], x=labels, y=(t[f"{c}_frac"] * 100).tolist(),
-                             marker_color=COMPONENT_COLOURS[c],
-                             hovertemplate="<b>%{x}</b><br>" + COMPONENT_LABELS[c]
-                                           + ": %{y:.1f} % of the GPU time span<extra></extra>"))
-    fig.update_layout(barmode="stack", title=title)
+    fig = _stacked_shares(t, labels, comps, of="the GPU time span", title=title)
     fig.update_xaxes(title_text="rank", type="category", tickangle=-30 if many else 0)
     fig.update_yaxes(title_text="share of GPU time span (%)", range=[0, 100])
     return apply_theme(fig)

@@ -91,34 +91,36 @@ def _run_bars(fig: go.Figure, table: pd.DataFrame, value: pd.Series, *, what: st
     return flat
 
 
+def _run_bar_figure(table: pd.DataFrame, values: pd.Series, *, what: str, unit: str, title: str,
+                    **bars) -> go.Figure:
+    """A figure of :func:`_run_bars` (one bar per rank, grouped by run) with its value axis
+    from 0 and a height that grows with the bars when they lie flat."""
+    fig = go.Figure()
+    flat = _run_bars(fig, table, values, what=what, unit=unit, **bars)
+    axis = fig.update_xaxes if flat else fig.update_yaxes
+    axis(title_text=f"{what} ({unit})", rangemode="tozero", showgrid=True, gridcolor="#E5E5E5")
+    fig.update_layout(title=title)
+    n = table["run_id"].nunique() * max(1, table["rank"].nunique())
+    return apply_theme(fig, height=160 + 16 * n if flat else 480)
+
+
 def plot_memory(table: pd.DataFrame, *, title: str = "Peak memory per rank") -> go.Figure:
     """Peak memory (MiB) of every rank, grouped by run
     (:func:`analysis.metrics.memory.peak_memory`)."""
     require_columns(table, ["run_id", "rank", "peak_mem_mib"], "plot_memory")
-    fig = go.Figure()
     kind = ""
     if "peak_mem_kind" in table.columns and table["peak_mem_kind"].nunique() == 1:
         kind = {"cuda": "GPU ", "rss": "resident "}.get(str(table["peak_mem_kind"].iloc[0]), "")
-    flat = _run_bars(fig, table, table["peak_mem_mib"], what=f"peak {kind}memory", unit="MiB")
-    axis = fig.update_xaxes if flat else fig.update_yaxes
-    axis(title_text=f"peak {kind}memory (MiB)", rangemode="tozero", showgrid=True, gridcolor="#E5E5E5")
-    fig.update_layout(title=title)
-    n = table["run_id"].nunique() * max(1, table["rank"].nunique())
-    return apply_theme(fig, height=160 + 16 * n if flat else 480)
+    return _run_bar_figure(table, table["peak_mem_mib"], what=f"peak {kind}memory", unit="MiB", title=title)
 
 
 def plot_stragglers(summary: pd.DataFrame, *, title: str = "Waiting for the slowest rank") -> go.Figure:
     """Mean wait per step (ms) of each rank, one bar group per run, with how often the rank
     was the last (:func:`analysis.metrics.stragglers.straggler_summary`)."""
     require_columns(summary, ["run_id", "rank", "wait_mean_s", "last_frac"], "plot_stragglers")
-    fig = go.Figure()
-    flat = _run_bars(fig, summary, summary["wait_mean_s"] * 1e3, what="mean wait per step", unit="ms",
-                     extra="<br>last in %{customdata:.0f} % of steps", customdata=summary["last_frac"] * 100)
-    axis = fig.update_xaxes if flat else fig.update_yaxes
-    axis(title_text="mean wait per step (ms)", rangemode="tozero", showgrid=True, gridcolor="#E5E5E5")
-    fig.update_layout(title=title)
-    n = summary["run_id"].nunique() * max(1, summary["rank"].nunique())
-    return apply_theme(fig, height=160 + 16 * n if flat else 480)
+    return _run_bar_figure(summary, summary["wait_mean_s"] * 1e3, what="mean wait per step", unit="ms",
+                           title=title, extra="<br>last in %{customdata:.0f} % of steps",
+                           customdata=summary["last_frac"] * 100)
 
 
 def plot_negotiation(table: pd.DataFrame, *, title: str = "Horovod negotiation: last rank ready") -> go.Figure:
