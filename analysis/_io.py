@@ -10,7 +10,8 @@ Every reader takes its bytes from here, never from ``gzip`` or ``zlib`` itself:
   :class:`RecoveryWarning`; bytes after the last member that are not gzip data are named in
   a warning (zero padding is ignored, as ``gunzip`` does); corrupt data is a ReadError.
 * :func:`check_encoding` / :func:`strip_bom`: text must be UTF-8. A UTF-8 byte order mark is
-  skipped; UTF-16 and UTF-32 (with or without a mark) are refused with a ReadError that says
+  skipped (and one at the start of a line inside the file, where ``cat`` joined two files, is
+  removed with a warning); UTF-16 and UTF-32 (with or without a mark) are refused with a ReadError that says
   how to convert the file.
 * :func:`drop_nul_lines` / :func:`decode_utf8` / :func:`read_text`: damage in the middle of
   a line-based file costs the damaged line(s), not the rest of the file, and the warning
@@ -364,7 +365,21 @@ def read_text_bytes(path: str | Path) -> bytes:
     a UTF-8 byte order mark removed."""
     data = read_bytes(path)
     check_encoding(data, path)
-    return strip_bom(data)
+    return strip_inner_boms(strip_bom(data), path)
+
+
+def strip_inner_boms(data: bytes, path: str | Path, *, stacklevel: int = 3) -> bytes:
+    """``data`` without the UTF-8 byte order marks that start a line inside it (files that
+    each began with one, joined with ``cat``), with a :class:`RecoveryWarning` saying how many."""
+    mark = b"\n" + UTF8_BOM
+    n = data.count(mark)
+    if not n:
+        return data
+    first = data.index(mark) + 1
+    warnings.warn(f"{path}: {n} UTF-8 byte order mark(s) at the start of a line inside the file (the first at "
+                  f"{_where(data, first)}; files joined with cat?) were removed", RecoveryWarning,
+                  stacklevel=stacklevel)
+    return data.replace(mark, b"\n")
 
 
 # --------------------------------------------------------------------------------------

@@ -76,6 +76,27 @@ def test_gzip_members_bom_and_plain_give_one_frame(data_dir, tmp_path, fmt, rel)
     assert [m.replace(str(p), "F") for m in msgs] == [m.replace(str(data_dir / rel), "F") for m in plain_msgs]
 
 
+#: Line-based inputs (and the scalescope trace, read as text): files that each began with a
+#: byte order mark, joined with ``cat``, leave one at the start of a line inside.
+LINE_FIXTURES = [(f, r) for f, r in TEXT_FIXTURES if f not in ("kineto", "horovod")]
+
+
+@pytest.mark.parametrize(("fmt", "rel"), LINE_FIXTURES, ids=[f for f, _ in LINE_FIXTURES])
+def test_byte_order_marks_inside_a_joined_file_are_removed_with_a_warning(data_dir, tmp_path, fmt, rel):
+    raw = (data_dir / rel).read_bytes()
+    plain, plain_msgs = _read(data_dir / rel, fmt)
+    lines = raw.splitlines(keepends=True)
+    for i in sorted({1, len(lines) // 2, len(lines) - 1}):
+        bom = b"\xef\xbb\xbf"
+        p = _copy(data_dir, tmp_path, rel, bom + b"".join(lines[:i]) + bom + b"".join(lines[i:]))
+        got, msgs = _read(p, fmt)
+        pd.testing.assert_frame_equal(got, plain)
+        named = [m for m in msgs if "byte order mark(s) at the start of a line" in m]
+        assert len(named) == 1 and str(p) in named[0] and f"(line {i + 1})" in named[0], msgs
+        rest = [m.replace(str(p), "F") for m in msgs if m not in named]
+        assert rest == [m.replace(str(data_dir / rel), "F") for m in plain_msgs]
+
+
 @pytest.mark.parametrize(("fmt", "rel"), TEXT_FIXTURES, ids=IDS)
 @pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-32"])
 def test_other_encodings_are_refused_by_name(data_dir, tmp_path, fmt, rel, codec):
