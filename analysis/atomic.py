@@ -18,10 +18,16 @@ from pathlib import Path
 
 from analysis.errors import OutputError
 
-__all__ = ["replacing", "write_bytes", "write_text"]
+__all__ = ["replacing", "why_not_written", "write_bytes", "write_text"]
 
 
-def _why(exc: OSError) -> str:
+def why_not_written(exc: OSError, dest: Path | None = None) -> str:
+    """What stopped writing ``dest``, in words: a file where a folder must be (naming it), a
+    full disk, a read-only location, else the system's message."""
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR) and dest is not None:
+        for parent in (dest, *dest.parents):  # mkdir or mkstemp met a file where a folder must be
+            if parent.exists() and not parent.is_dir():
+                return f"{parent} is a file, not a folder"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return "no space left on the device"
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -43,7 +49,7 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
         os.close(fd)
     except OSError as exc:
-        raise OutputError(f"cannot write {dest}: {_why(exc)}") from exc
+        raise OutputError(f"cannot write {dest}: {why_not_written(exc, dest)}") from exc
     tmp = Path(tmp_name)
     try:
         yield tmp
@@ -53,7 +59,7 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.chmod(tmp, 0o644)
         os.replace(tmp, dest)
     except OSError as exc:
-        raise OutputError(f"cannot write {dest}: {_why(exc)}") from exc
+        raise OutputError(f"cannot write {dest}: {why_not_written(exc, dest)}") from exc
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -327,8 +327,12 @@ def _os_error_line(exc: OSError) -> str | None:
         return f"{where}no space left on the device"
     if exc.filename is None:
         return None
+    from pathlib import Path
+
+    from analysis.atomic import why_not_written
+
     names = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
-    return f"{names}: {exc.strerror or exc}"
+    return f"{names}: {why_not_written(exc, Path(os.fsdecode(exc.filename)))}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

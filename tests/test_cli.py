@@ -188,6 +188,22 @@ def test_commands_into_a_read_only_out_are_one_line(read_only_experiment, comman
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", [
+    ["convert", str(EXPERIMENT / "none_np1_bs10_r1"), "--to", "csv", "--out", "{out}"],
+    ["report", str(EXPERIMENT), "--no-static", "--out", "{out}"],
+    ["sweep", "--np", "1", "--out", "{out}", "--", "python", "-c", "pass"],
+], ids=lambda c: c[0])
+def test_an_out_that_is_a_file_is_named_in_one_line(tmp_path, command):
+    """``--out`` naming a file (or a folder below one): the line says which path is a file."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("keep me\n")
+    for out in (blocker, blocker / "below"):
+        p = _run(*(str(out) if a == "{out}" else a for a in command))
+        err = _one_clean_line(p, str(blocker))
+        assert "is a file" in err or "not a directory" in err.lower() or "not a folder" in err, err
+        assert blocker.read_text() == "keep me\n"
+
+
 @contextlib.contextmanager
 def _small_filesystem(where: Path, size: str):
     """A tmpfs of ``size`` mounted at ``where`` (root only): a disk that fills for real."""
