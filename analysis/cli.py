@@ -363,8 +363,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         # itself, ours stays for the interpreter's exit, so a late Ctrl-C is one line too
         if previous is not None:
             signal.signal(signal.SIGINT, previous if argv is not None else _on_late_sigint)
+            if argv is None:
+                import atexit
+
+                atexit.register(_ignore_sigint_at_exit)
         if argv is not None:
             warnings.showwarning = shown
+
+
+def _ignore_sigint_at_exit() -> None:
+    """The work is done and the interpreter is tearing down: its finalisation puts the
+    default SIGINT action back in place of a Python handler (a Ctrl-C there would kill the
+    process silently, status -2). An ignored signal stays ignored, so a Ctrl-C from here on
+    changes nothing: the command ends with its own status."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _call(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from analysis.errors import ReadError, RecoveryWarning
 
 __all__ = [
     "EPOCH_COLUMNS",
+    "EPOCH_SCHEMA",
     "EXPERIMENT_FORMAT",
     "EXPERIMENT_RUN_SCHEMA",
     "EXPERIMENT_SCHEMA",
@@ -158,6 +159,18 @@ RUN_SCHEMA: dict[str, Any] = {
     "clock": {"reference_rank": _RANK, "offsets_ns": ("mapping", _int(-(2**62), 2**62)),
               "spread_ns": ("mapping", _int(0, 2**62))},
     "comm_capture": {}, "profilers": {}, "nvtx": {}, "horovod_timeline": {},
+}
+
+def _real(v: Any) -> str | None:
+    """A number, NaN and infinities allowed (a loss is NaN when training diverged)."""
+    return None if type(v) in (int, float) else f"is {_show(v)}, not a number"
+
+
+#: One line of ``rank-NNNNN.epochs.jsonl``.
+EPOCH_SCHEMA: dict[str, Any] = {
+    "rank": _RANK, "epoch": _int(0, 2**31 - 1), "epoch_time_s": _num(0), "samples": _COUNT,
+    "train_loss": _real, "val_loss": _real, "val_metric": _real, "peak_mem_mib": _num(0),
+    "peak_mem_kind": _str, "wall_ns": _int(0, 2**63 - 1),
 }
 
 #: ``experiment.json`` itself (its ``runs`` are checked entry by entry).
@@ -335,7 +348,9 @@ def _empty_epochs() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in EPOCH_COLUMNS.items()})
 
 
-def _epoch_rows(f: Path) -> list[dict]:
+def _epoch_rows(f: Path, problems: list[str]) -> list[dict]:
+    """The lines of one epochs file; fields of the wrong type or out of range are set to None
+    and described in ``problems``."""
     if not f.stat().st_size:  # a rank that never finished an epoch, or a file that lost its data
         raise ReadError(f, "file is empty (0 bytes): no epoch metrics")
     lines = read_text_bytes(f).split(b"\n")  # gzip of any members, UTF-16 refused, BOM skipped
@@ -359,7 +374,10 @@ def _epoch_rows(f: Path) -> list[dict]:
             raise ReadError(f, f"line {i + 1} is not valid JSON{found}") from None
         if not isinstance(obj, dict):
             raise ReadError(f, f"line {i + 1} is not a JSON object")
-        if "rank" not in obj:
+        found: list[str] = []
+        obj = clean_fields(obj, EPOCH_SCHEMA, found)
+        problems.extend(f"line {i + 1}: {p}" for p in found)
+        if obj.get("rank") is None:  # missing, or of the wrong type (named in problems)
             try:
                 obj["rank"] = int(f.name.split("-")[1].split(".")[0])
             except (IndexError, ValueError):
@@ -412,7 +430,10 @@ def read_epochs(run_dir: str | os.PathLike[str], *, run_id: str | None = None,
     -----
     The files are appended line by line, so a killed rank can leave a cut-off last line:
     it is dropped with one :class:`~analysis.errors.RecoveryWarning`. Any other line that
-    is not a JSON object is an error.
+    is not a JSON object is an error. Every field is checked against :data:`EPOCH_SCHEMA`
+    (type and range: a negative or infinite epoch time, a string for a count): a bad value
+    is treated as missing, with a warning (or a ``damage`` record) naming the file, the line
+    and the field; a bad ``rank`` falls back to the file name's.
     """
     run_dir = Path(run_dir)
     if run_id is None:
@@ -424,9 +445,19 @@ def read_epochs(run_dir: str | os.PathLike[str], *, run_id: str | None = None,
     frames = []
     for f in sorted(run_dir.glob("rank-*.epochs.jsonl")):
         try:
-            rows = _epoch_rows(f)
+            problems: list[str] = []
+            rows = _epoch_rows(f, problems)
             if rows:
                 frames.append(_typed_epochs(rows, run_id, str(f)))
+            if problems:
+                more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+                reason = (f"{len(problems)} value(s) of the wrong type or out of range, treated as missing: "
+                          + "; ".join(problems[:5]) + more)
+                if damage is None:
+                    warnings.warn(f"{f}: {reason}", RecoveryWarning, stacklevel=2)
+                else:
+                    damage.append({"part": "epochs", "path": str(f), "reason": reason,
+                                   "excluded": "those values (treated as missing); the rest of the file is used"})
         except (ReadError, OSError) as exc:
             if damage is None and isinstance(exc, ReadError) and "file is empty" in exc.problem:
                 warnings.warn(str(exc), RecoveryWarning, stacklevel=2)

@@ -213,7 +213,7 @@ class RunSet:
 
     def _note_damage(self, run_id: str, found: list[dict], excluded: str, *, stacklevel: int = 4) -> None:
         for d in found:
-            rec = {"run_id": run_id, **d, "excluded": excluded}
+            rec = {"run_id": run_id, "excluded": excluded, **d}  # a part may name its own
             if rec in self._damage:  # a subset loading a table again
                 continue
             self._damage.append(rec)

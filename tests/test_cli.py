@@ -326,3 +326,20 @@ def test_sweep_onto_a_full_disk_is_one_line(tmp_path):
         p = _run("sweep", "--backend", "", "--baseline", "--out", str(out), "--", "python", "-c", "pass")
         err = _one_clean_line(p)
         assert "no space left" in err and str(out) in err
+
+
+def test_a_ctrl_c_while_the_interpreter_tears_down_changes_nothing():
+    """After the command's work, the interpreter's finalisation would put the default SIGINT
+    action back (a Ctrl-C there killed the process silently, status -2): from the exit
+    handlers on it is ignored and the command ends with its own status. The SIGINT here
+    comes from an exit handler that runs after scalescope's (they run last-registered first)."""
+    code = ("import atexit, os, signal, sys\n"
+            "atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))\n"
+            "sys.argv = ['scalescope', 'formats']\n"
+            "from analysis import cli\n"
+            "sys.exit(cli.main())\n")
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "interrupted" not in p.stderr and "Traceback" not in p.stderr, p.stderr

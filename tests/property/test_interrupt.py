@@ -96,7 +96,18 @@ def _digest(data: bytes) -> str:
 
 
 def _leftovers(d: Path) -> list[str]:
-    return sorted(f.name for f in d.rglob("*.tmp"))
+    """The temporary files under ``d`` (the report's are in its ``export/`` folder too), as
+    paths relative to ``d``."""
+    return sorted(str(f.relative_to(d)) for f in d.rglob("*.tmp"))
+
+
+def _clear_leftovers(d: Path) -> None:
+    """Remove what a killed command may leave: hidden temporary files, never one under an
+    output's own name."""
+    for rel in _leftovers(d):
+        name = Path(rel).name
+        assert name.startswith(".") and name.endswith(".tmp"), rel
+        (d / rel).unlink()
 
 
 def _run_twice(args: list[str], env: dict[str, str]) -> float:
@@ -139,9 +150,7 @@ def test_interrupted_report_keeps_a_whole_page(report_setup, moment, sig):
     left = _leftovers(page.parent)
     if sig == signal.SIGINT:
         assert not left, f"temporary files left behind: {left}"
-    for name in left:  # after SIGKILL nothing can clean up; never under the output's name
-        assert name.startswith(".") and name.endswith(".tmp")
-        (page.parent / name).unlink()
+    _clear_leftovers(page.parent)  # after SIGKILL nothing can clean up
 
 
 # ---------------------------------------------------------------- convert
@@ -194,9 +203,7 @@ def test_interrupted_convert_keeps_a_whole_csv(convert_setup, moment, sig):
     left = _leftovers(csv.parent)
     if sig == signal.SIGINT:
         assert not left, f"temporary files left behind: {left}"
-    for name in left:
-        assert name.startswith(".") and name.endswith(".tmp")
-        (csv.parent / name).unlink()
+    _clear_leftovers(csv.parent)
 
 
 # ---------------------------------------------------------------- Ctrl-C at fixed moments
@@ -249,9 +256,7 @@ def test_two_ctrl_c_in_a_row_are_still_one_line(report_setup, delay):
     out, err = p.communicate(timeout=300)
     check_interrupt_outcome(subprocess.CompletedProcess(p.args, p.returncode, out, err), signal.SIGINT)
     assert _digest(_STAMP.sub(b"T", page.read_bytes())) == whole
-    for name in _leftovers(page.parent):
-        assert name.startswith(".") and name.endswith(".tmp")
-        (page.parent / name).unlink()
+    _clear_leftovers(page.parent)
 
 
 POOL_SCRIPT = """

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -290,6 +291,46 @@ def test_epochs_line_with_nul_names_what_was_found(data_dir, tmp_path):
         analysis.readers.scalescope.read_epochs(run)
     f.write_bytes(b"\xef\xbb\xbf" + b"".join(lines))
     assert len(analysis.readers.scalescope.read_epochs(run)) > 0
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("epoch_time_s", "NaN", "epoch_time_s is NaN, not a finite number"),
+    ("epoch_time_s", "-Infinity", "epoch_time_s is -Infinity, not a finite number"),
+    ("epoch_time_s", "-0.5", "epoch_time_s is -0.5, outside"),
+    ("epoch_time_s", '"0.1"', 'epoch_time_s is "0.1", not a finite number'),
+    ("samples", '"24"', 'samples is "24", not an integer'),
+    ("samples", "true", "samples is true, not an integer"),
+    ("epoch", "1.5", "epoch is 1.5, not an integer"),
+    ("peak_mem_mib", "-3", "peak_mem_mib is -3, outside"),
+    ("wall_ns", "[1]", "wall_ns is list, not an integer"),
+    ("train_loss", '"x"', 'train_loss is "x", not a number'),
+])
+def test_an_epoch_value_of_the_wrong_type_or_range_costs_that_value(data_dir, tmp_path, field, value, said):
+    from analysis.rundir import read_epochs
+    from analysis.runset import RunSet
+
+    run = tmp_path / "run"
+    shutil.copytree(data_dir / "scalescope/ddp_gloo_np2", run)
+    f = run / "rank-00001.epochs.jsonl"
+    lines = f.read_text().splitlines()
+    obj = json.loads(lines[1])
+    obj[field] = "@"
+    lines[1] = json.dumps(obj).replace('"@"', value)
+    f.write_text("\n".join(lines) + "\n")
+    clean = read_epochs(data_dir / "scalescope/ddp_gloo_np2")
+    with pytest.warns(RecoveryWarning, match=re.escape(f"line 2: {said}")) as caught:
+        got = read_epochs(run)
+    assert str(f) in str(caught[0].message) and "treated as missing" in str(caught[0].message)
+    assert pd.isna(got.loc[got.index[got["rank"] == 1][1], field])  # that value missing, the rest kept
+    rest = [c for c in got.columns if c != field]
+    pd.testing.assert_frame_equal(got[rest], clean[rest], check_dtype=False)
+    with pytest.warns(RecoveryWarning):
+        rs = RunSet.from_dirs([run])
+        damaged = rs.damaged
+        epochs = rs.epochs
+    assert len(epochs) == len(clean)
+    hit = damaged[damaged["part"] == "epochs"]
+    assert len(hit) == 1 and said in hit["reason"].iloc[0] and "the rest of the file is used" in hit["excluded"].iloc[0]
 
 
 @pytest.mark.parametrize(("rel", "col"), [("scalescope/ddp_gloo_np2/samples-vm.csv", "rank"),
