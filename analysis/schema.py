@@ -102,6 +102,14 @@ SAMPLE_METRICS: tuple[str, ...] = (
     "rss_mib",
 )
 
+#: The range of each sample metric: a value outside it is damage, left empty with a warning
+#: by every samples reader. CPU utilisation may pass 100 % (100 % is one core).
+SAMPLE_RANGES: dict[str, tuple[float, float]] = {
+    "util_gpu_pct": (0.0, 100.0), "util_mem_pct": (0.0, 100.0), "mem_used_mib": (0.0, float("inf")),
+    "mem_total_mib": (0.0, float("inf")), "power_w": (0.0, float("inf")), "temp_c": (-273.15, float("inf")),
+    "sm_clock_mhz": (0.0, float("inf")), "cpu_util_pct": (0.0, float("inf")), "rss_mib": (0.0, float("inf")),
+}
+
 SAMPLE_COLUMNS: dict[str, str] = {
     "run_id": "category",
     "host": "category",

@@ -224,9 +224,9 @@ def _values(col: pd.Series, target: str, header_unit: str, path: Path) -> np.nda
         units = ", ".join(repr(u) for u in list(bad)[:3])
         warnings.warn(f"{path}: {sum(bad.values())} {target} value(s) with an unreadable unit ({units}) left "
                       "empty", RecoveryWarning, stacklevel=5)
-    wrong = ~np.isfinite(out) & ~np.isnan(out)
-    if kind == "pct":
-        wrong |= (out < 0) | (out > 100)
+    lo, hi = schema.SAMPLE_RANGES.get(target, (-np.inf, np.inf))
+    with np.errstate(invalid="ignore"):
+        wrong = (~np.isfinite(out) & ~np.isnan(out)) | (out < lo) | (out > hi)
     if wrong.any():
         warnings.warn(f"{path}: {int(wrong.sum())} {target} value(s) out of range left empty",
                       RecoveryWarning, stacklevel=5)

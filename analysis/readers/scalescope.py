@@ -495,8 +495,7 @@ def _sample_values(df: pd.DataFrame, names: list[str], path: Path) -> tuple[dict
             bad[col] = int((given & ~ok).sum())
         return num.where(ok)
 
-    metrics = {c: checked(c, *((0, 100) if c.endswith("_pct") and c.startswith("util_") else
-                               (-np.inf, np.inf)), integer=False)
+    metrics = {c: checked(c, *schema.SAMPLE_RANGES[c], integer=False)
                for c in names if c in schema.SAMPLE_METRICS}
 
     def ids(col: str) -> object:

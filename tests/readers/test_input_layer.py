@@ -352,6 +352,38 @@ def test_a_sample_value_out_of_range_costs_that_value(data_dir, tmp_path, rel, c
         assert pd.isna(df[col].iloc[1]) and any(f"{col}: 1" in m for m in msgs), msgs
 
 
+@pytest.mark.parametrize(("rel", "col"), [("scalescope/ddp_gloo_np2/samples-vm.csv", "cpu_util_pct"),
+                                          ("gpu_run/h200_ddp_nccl_np1/samples-vm.csv", "mem_used_mib"),
+                                          ("gpu_run/h200_ddp_nccl_np1/samples-vm.csv", "power_w"),
+                                          ("gpu_run/h200_ddp_nccl_np1/samples-vm.csv", "sm_clock_mhz")])
+def test_a_negative_sample_quantity_is_left_empty(data_dir, tmp_path, rel, col):
+    """CPU %, memory, power and clocks cannot be negative (schema.SAMPLE_RANGES), in our samples
+    and in nvidia-smi logs alike; 250 % CPU is two and a half cores, not damage."""
+    lines = (data_dir / rel).read_text().splitlines(keepends=True)
+    header = lines[0].strip().split(",")
+    for value, damaged in (("-5", True), ("250", False)):
+        fields = lines[2].rstrip("\n").split(",")
+        fields[header.index(col)] = value
+        p = tmp_path / "samples-vm.csv"
+        p.write_text("".join(lines[:2]) + ",".join(fields) + "\n" + "".join(lines[3:]))
+        df, msgs = _read(p, "scalescope_samples")
+        assert pd.isna(df[col].iloc[1]) == damaged and any(f"{col}: 1" in m for m in msgs) == damaged, msgs
+
+
+@pytest.mark.parametrize(("col", "value"), [("power.draw [W]", "-18.81 W"), ("memory.used [MiB]", "-20 MiB"),
+                                            ("utilization.gpu [%]", "150 %")])
+def test_nvidia_smi_values_out_of_range_are_left_empty(tmp_path, col, value):
+    cols = ["timestamp", "index", "utilization.gpu [%]", "memory.used [MiB]", "power.draw [W]"]
+    good = ["2025/04/24 15:58:57.879", "0", "50 %", "20 MiB", "18.81 W"]
+    bad = [value if c == col else v for c, v in zip(cols, good, strict=True)]
+    p = tmp_path / "smi.csv"
+    p.write_text(", ".join(cols) + "\n" + ", ".join(bad) + "\n" + ", ".join(good).replace("57.879", "58.879") + "\n")
+    df, msgs = _read(p, "nvml")
+    target = {"power.draw [W]": "power_w", "memory.used [MiB]": "mem_used_mib", "utilization.gpu [%]": "util_gpu_pct"}[col]
+    assert pd.isna(df[target].iloc[0]) and df[target].iloc[1] > 0
+    assert any(f"1 {target} value(s) out of range left empty" in m for m in msgs), msgs
+
+
 def test_nvml_gpu_index_out_of_range_is_left_empty(data_dir, tmp_path):
     lines = (data_dir / "nvml/smi_units.csv").read_text().splitlines(keepends=True)
     p = tmp_path / "smi.csv"
