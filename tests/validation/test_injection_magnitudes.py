@@ -73,11 +73,12 @@ def test_each_injected_delay_falls_inside_its_interval(measured, ms):
     over = _sleep_overshoot(ms)
     est, lo, hi = _added(m, ms, parts=("step_s",))
     assert lo <= ms / 1e3 + over and ms / 1e3 <= hi, (ms, est, lo, hi)
-    # the recovered cause too: its interval (both sides' run-to-run noise) holds the delay,
-    # not a fixed share of it (on a loaded machine the estimate of 10 ms came out at 7.3 ms,
-    # 4.2 to 10.3)
+    # the recovered cause (data + waiting) cannot exceed the delay, and is consistent with at
+    # least 85 % of it: judged with its interval (both sides' run-to-run noise), not by the
+    # point estimate alone (on a loaded machine 10 ms came out at 7.3 ms, 4.2 to 10.3). Some
+    # of rank 0's wait may be counted as exposed synchronisation, hence not 100 %.
     cause, clo, chi = _recovered(m, ms)
-    assert clo <= ms / 1e3 + over and ms / 1e3 <= chi, (ms, cause, clo, chi)
+    assert clo <= ms / 1e3 + over and chi >= 0.85 * ms / 1e3, (ms, cause, clo, chi)
 
 
 def test_recovered_cause_grows_linearly(measured):
