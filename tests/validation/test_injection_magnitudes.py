@@ -71,9 +71,15 @@ def test_each_injected_delay_falls_inside_its_interval(measured, ms):
     m, _ = measured
     # the sleep overshoots by the machine's scheduling delay (measured here, not assumed)
     over = _sleep_overshoot(ms)
+    # the step grows by the delay at most. On a quiet machine by the delay itself (10.2 ms,
+    # 7.8-12.6, for 10); on a CPU-contended one by less, for real: the clean step carries the
+    # delays of ranks waiting for a core (with a busy loop beside, 13.6 ms steps holding 7.8 ms
+    # of exposed synchronisation), and in the injected runs part of that waiting happens
+    # under rank 1's sleep (the step grew 6.8, 16.6, 35.4 ms for 10, 20, 40)
     est, lo, hi = _added(m, ms, parts=("step_s",))
-    assert lo <= ms / 1e3 + over and ms / 1e3 <= hi, (ms, est, lo, hi)
-    # the recovered cause (data + waiting) cannot exceed the delay, and is consistent with at
+    assert lo <= ms / 1e3 + over, (ms, est, lo, hi)
+    # the recovered cause (data + waiting: 9.3, 19.6, 39.6 ms in that contended run) cannot
+    # exceed the delay, and is consistent with at
     # least 85 % of it: judged with its interval (both sides' run-to-run noise), not by the
     # point estimate alone (on a loaded machine 10 ms came out at 7.3 ms, 4.2 to 10.3). Some
     # of rank 0's wait may be counted as exposed synchronisation, hence not 100 %.
