@@ -44,14 +44,16 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     ``OutputError`` naming ``path``.
     """
     dest = Path(path)
+    tmp: Path | None = None
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        os.close(fd)
-    except OSError as exc:
-        raise OutputError(f"cannot write {dest}: {why_not_written(exc, dest)}") from exc
-    tmp = Path(tmp_name)
-    try:
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with _no_sigint():  # a Ctrl-C between creating the file and knowing its name would leak it
+                fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+                tmp = Path(tmp_name)
+            os.close(fd)
+        except OSError as exc:
+            raise OutputError(f"cannot write {dest}: {why_not_written(exc, dest)}") from exc
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
@@ -61,8 +63,26 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     except OSError as exc:
         raise OutputError(f"cannot write {dest}: {why_not_written(exc, dest)}") from exc
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+@contextlib.contextmanager
+def _no_sigint() -> Iterator[None]:
+    """SIGINT held back (delivered on leaving) in the main thread, where Python runs its
+    handler; elsewhere, or where signals cannot be masked, nothing."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
