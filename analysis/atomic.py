@@ -70,19 +70,31 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _no_sigint() -> Iterator[None]:
-    """SIGINT held back (delivered on leaving) in the main thread, where Python runs its
-    handler; elsewhere, or where signals cannot be masked, nothing."""
+    """A Ctrl-C inside is held back and acted on when the block ends. Python runs SIGINT
+    handlers in the main thread whichever thread the signal reached, so the handler is
+    swapped for one that notes the signal (masking the signal would not do: another thread
+    could take it). Elsewhere than the main thread, nothing."""
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    caught: list = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    except (ValueError, OSError):
+        yield
+        return
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, caught[0])  # the usual KeyboardInterrupt, now
+            elif previous == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

@@ -44,3 +44,18 @@ def test_an_error_while_writing_keeps_the_previous_file_and_removes_the_temporar
         raise RuntimeError("writer failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["table.csv"]
     assert dest.read_text() == "previous\n"
+
+
+def test_held_back_even_when_another_thread_takes_the_signal(tmp_path, monkeypatch):
+    """Any thread may receive a process's SIGINT (the report has worker threads); the
+    Ctrl-C must still wait until the temporary file's name is known."""
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        test_a_ctrl_c_while_the_temporary_file_is_created_leaves_nothing(tmp_path, monkeypatch)
+    finally:
+        stop.set()
+        other.join()
