@@ -56,11 +56,14 @@ from analysis.metrics.stats import (
     run_cv,
     verdict,
 )
+from analysis.metrics.timesource import SOURCE_LABELS
 from analysis.schema import MACHINE_AXES
 
 #: The causes, in the order figures stack them; they sum to ``gap_s``.
 CAUSES: tuple[str, ...] = ("framework_s", "sync_s", "straggler_s", "data_s", "contention_s", "compute_s",
                            "other_s")
+#: ``other_s`` on device time: the device sat idle waiting for the host.
+DEVICE_OTHER_LABEL = "the device idle, waiting for the host (host-bound: launches, Python, blocking calls)"
 #: Words for the causes in sentences and legends.
 CAUSE_LABELS: dict[str, str] = {
     "framework_s": "framework overhead at one rank",
@@ -347,7 +350,14 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
     cvs = [c for c in (run_cv(g["step_s"]), run_cv(base["step_s"])) if np.isfinite(c)]
     row["repeats_for_5pct"] = repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan
     row["contention_evidence"] = evidence if cont and row["contention_s"] > 0 else None
+    row["source"] = _source_of(base, ref, g)
     return row
+
+
+def _source_of(*sides: pd.DataFrame) -> str:
+    """Where a row's time came from: the runs' one ``source``, or ``mixed``."""
+    found = {str(v) for side in sides if "source" in side for v in side["source"].dropna()}
+    return found.pop() if len(found) == 1 else ("mixed" if found else "host")
 
 
 def _joined_evidence(per_run: pd.Series) -> str | None:
@@ -445,13 +455,14 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
         def known(c: str, d: dict = d) -> bool:
             return d.get(f"{c}_verdict") != WITHIN_NOISE
 
+        labels = _labels(d)
         added = sum(d[c] for c in CAUSES if d[c] > 0)
         causes = sorted(((d[c] / added, c) for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and known(c)),
                         reverse=True)[:top]
-        noise = [CAUSE_LABELS[c] for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and not known(c)]
+        noise = [labels[c] for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and not known(c)]
         words = []
         for share, c in causes:
-            w = CAUSE_LABELS[c]
+            w = labels[c]
             if c == "straggler_s":
                 if pd.notna(d.get("slowest_rank")):
                     w = f"waiting for rank {int(d['slowest_rank'])}"
@@ -467,9 +478,31 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
             tail += " (shares untested against noise)"
         back = [c for c in CAUSES if d[c] < 0 and -d[c] >= 0.05 * gap]
         if back:
-            won = ", ".join(f"{_ms(-d[c])} in {CAUSE_LABELS[c]}" for c in back)
+            won = ", ".join(f"{_ms(-d[c])} in {labels[c]}" for c in back)
             out.append(f"{head}; it loses {_ms(gap)} per step: the causes that add time add {_ms(added)}, of which "
-                       f"{tail}; {won} won back.")
+                       f"{tail}; {won} won back.{_source_words(d)}")
         else:
-            out.append(f"{head}; of the {_ms(gap)} lost per step, {tail}.")
+            out.append(f"{head}; of the {_ms(gap)} lost per step, {tail}.{_source_words(d)}")
     return out
+
+
+def _labels(d: dict) -> dict[str, str]:
+    """The cause words for one row: on device time, ``other_s`` is the device idle waiting
+    for the host (launches, Python, blocking calls): the run is host-bound there."""
+    if d.get("source") in ("events", "kernels"):
+        return {**CAUSE_LABELS, "other_s": DEVICE_OTHER_LABEL}
+    return CAUSE_LABELS
+
+
+def _source_words(d: dict) -> str:
+    """What the sentence adds about its source: nothing for host time on a CPU run (where
+    host time is the whole truth); device time named; host time of a GPU run flagged."""
+    src = d.get("source")
+    if src in ("events", "kernels"):
+        return f" Times are {SOURCE_LABELS[src]}."
+    if src == "mixed":
+        return f" Times are {SOURCE_LABELS['mixed']}: compare with care."
+    if pd.notna(d.get("gpu_model")) and d.get("gpu_model"):
+        return (" Times are host time on a GPU run (no CUDA events recorded): a phase that holds a blocking "
+                "call absorbs the device's backlog, so the split between causes is uncertain.")
+    return ""
