@@ -58,6 +58,7 @@ from analysis.metrics.sizes import (
 )
 from analysis.metrics.stragglers import negotiation_stragglers, phase_stragglers, straggler_summary
 from analysis.metrics.sync import sync_cost, sync_scaling, sync_times
+from analysis.metrics.timesource import SOURCES, between_steps, run_sources, timed_view
 from analysis.metrics.utilization import (
     device_usage,
     gpu_memory_phases,
@@ -69,9 +70,11 @@ from analysis.metrics.utilization import (
 )
 
 __all__ = [
+    "SOURCES",
     "backend_comparison",
     "batch_size_epoch_time",
     "batch_speedup",
+    "between_steps",
     "breakdown_by_ranks",
     "compare_groups",
     "compute_update_breakdown",
@@ -105,6 +108,7 @@ __all__ = [
     "predict_scaling",
     "predict_sync",
     "rank_step_parts",
+    "run_sources",
     "run_speedups",
     "run_summary",
     "scaled_learning_rate",
@@ -122,6 +126,7 @@ __all__ = [
     "sync_times",
     "time_breakdown",
     "time_to_target",
+    "timed_view",
     "training_start",
     "usage_by_ranks",
     "validation_curves",

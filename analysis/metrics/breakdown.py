@@ -16,7 +16,7 @@ from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
 from analysis.metrics._mapping import maps_over
 from analysis.metrics.fusion import dedupe_fused
-from analysis.metrics.timesource import Source, run_sources, timed_view
+from analysis.metrics.timesource import Source, one_source, run_sources, timed_view
 
 #: Step components in priority order: an instant covered by several phases counts for the
 #: first one listed. An explicit ``sync`` phase is a wait for gradient synchronisation, so
@@ -755,7 +755,8 @@ def breakdown_by_ranks(
     Returns
     -------
     pandas.DataFrame
-        One row per (configuration, ``n_ranks``): ``n_nodes``, ``n_runs``, ``n_steps``,
+        One row per (configuration, ``n_ranks``): ``n_nodes``, ``n_runs``, ``source``
+        (``mixed`` where its runs differ), ``n_steps``,
         ``step_mean_s``, the component times per step (``data_s``... ``other_s``, mean per
         rank-step) and their shares ``*_frac`` summing to 1.
 
@@ -773,6 +774,8 @@ def breakdown_by_ranks(
     out = g[["n_steps", "step_time_s", *comp]].sum().reset_index()
     out.insert(len(keys), "n_nodes", g["n_nodes"].max().to_numpy())
     out.insert(len(keys) + 1, "n_runs", g["run_id"].nunique().to_numpy())
+    if "source" in b:
+        out.insert(len(keys) + 2, "source", g["source"].agg(one_source).to_numpy())
     total = out["step_time_s"].to_numpy(float)
     for col in comp:
         out[col[:-2] + "_frac"] = out[col] / total

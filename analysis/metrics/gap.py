@@ -56,7 +56,7 @@ from analysis.metrics.stats import (
     run_cv,
     verdict,
 )
-from analysis.metrics.timesource import SOURCE_LABELS
+from analysis.metrics.timesource import SOURCE_LABELS, Source, one_source
 from analysis.schema import MACHINE_AXES
 
 #: The causes, in the order figures stack them; they sum to ``gap_s``.
@@ -127,6 +127,7 @@ def scaling_loss(
     samples: pd.DataFrame | None = None,
     measured: pd.DataFrame | None = None,
     confidence: float = CONFIDENCE,
+    source: Source = "auto",
 ) -> pd.DataFrame:
     """Why not ideal: per configuration and rank count, the step-time gap to the ideal
     split into causes that sum to it, each with an interval and a verdict. The module's
@@ -166,6 +167,10 @@ def scaling_loss(
         ``events``, ``epochs``, ``samples`` and ``warmup`` are then not used.
     confidence
         Level of every interval (:mod:`analysis.metrics.stats`).
+    source
+        ``"auto"`` (default): device time for the runs that recorded CUDA events, host time
+        for the others; ``"host"`` or ``"events"`` to force one
+        (:mod:`analysis.metrics.timesource`; not used with ``measured``).
 
     Returns
     -------
@@ -178,7 +183,8 @@ def scaling_loss(
         ``throughput_samples_per_s``; each with ``_ci_low`` / ``_ci_high``; ``X_verdict`` for the
         gap, each cause (against 0) and the efficiency (against 1); ``*_share`` of each cause in
         the gap; ``slowest_rank`` (NA on a tie), ``slowest_tied`` (the tied ranks),
-        ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``.
+        ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``; ``source`` (``host``,
+        ``events`` or ``mixed``: where the row's times came from).
         ``attrs``: ``baseline``, ``reference``, ``mode``, ``unit``, ``notes``.
     """
     require_columns(runs, ("run_id", "framework", "n_ranks", *by, *match), "scaling_loss")
@@ -186,7 +192,8 @@ def scaling_loss(
         raise ScalescopeError(f"mode must be 'auto', 'strong' or 'weak', not {mode!r}")
     by, match = _loss_axes(runs, by, match, baseline)
     notes = [] if epochs is not None or measured is not None else [_NO_EPOCHS]
-    table = _loss_table(events, runs, measured, by=by, match=match, epochs=epochs, samples=samples, warmup=warmup)
+    table = _loss_table(events, runs, measured, by=by, match=match, epochs=epochs, samples=samples, warmup=warmup,
+                        source=source)
     run_mode, mode_notes = _run_mode(runs, epochs, by, mode)
     rows, base_notes, ref_notes = _loss_rows(table, by, match, baseline, confidence)
     out = pd.DataFrame(rows)
@@ -211,11 +218,11 @@ def _loss_axes(runs: pd.DataFrame, by: Sequence[str], match: Sequence[str],
 
 def _loss_table(events: pd.DataFrame, runs: pd.DataFrame, measured: pd.DataFrame | None, *, by: Sequence[str],
                 match: Sequence[str], epochs: pd.DataFrame | None, samples: pd.DataFrame | None,
-                warmup: int | str | None) -> pd.DataFrame:
+                warmup: int | str | None, source: Source = "auto") -> pd.DataFrame:
     """The per-run measures (``measured``, else measured here) with the runs' ``by`` and
     ``match`` columns and an ``inject`` column."""
     if measured is None:
-        measured = measure_runs(events, runs, epochs=epochs, samples=samples, warmup=warmup, by=by)
+        measured = measure_runs(events, runs, epochs=epochs, samples=samples, warmup=warmup, by=by, source=source)
     if measured.empty:
         raise ScalescopeError("no run has training-phase records (kind 'phase') to split the step time")
     cols = list(dict.fromkeys(["run_id", "framework", "n_ranks", *by, *match]))
@@ -356,8 +363,7 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
 
 def _source_of(*sides: pd.DataFrame) -> str:
     """Where a row's time came from: the runs' one ``source``, or ``mixed``."""
-    found = {str(v) for side in sides if "source" in side for v in side["source"].dropna()}
-    return found.pop() if len(found) == 1 else ("mixed" if found else "host")
+    return one_source([v for side in sides if "source" in side for v in side["source"]])
 
 
 def _joined_evidence(per_run: pd.Series) -> str | None:

@@ -350,7 +350,7 @@ def neighbour_cpu(samples: pd.DataFrame | None) -> pd.Series:
 
 def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFrame | None = None,
                  samples: pd.DataFrame | None = None, warmup: int | str | None = WARMUP,
-                 by: Sequence[str] = ()) -> pd.DataFrame:
+                 by: Sequence[str] = (), source: Source = "auto") -> pd.DataFrame:
     """The one per-run table every study compares: runs metadata, :func:`run_measures`,
     ``outlier`` (why the run is left out of its configuration's mean, else None) and the
     :func:`cpu_contention` evidence (``contention``, ``contention_evidence``,
@@ -359,9 +359,11 @@ def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFra
     :data:`NEIGHBOUR_PCT` up).
 
     ``by``: extra columns that make runs different configurations (for the outlier test).
+    ``source``: host or device time (:mod:`analysis.metrics.timesource`; default: device
+    time where it was recorded).
     """
     require_columns(runs, ("run_id", "n_ranks", "batch_size"), "measure_runs")
-    steps = step_table(events, runs=runs, epochs=epochs, warmup=warmup)
+    steps = step_table(events, runs=runs, epochs=epochs, warmup=warmup, source=source)
     m = run_measures(steps, runs)
     meta = runs.assign(run_id=runs["run_id"].astype(object))
     out = meta.merge(m, on="run_id", how="inner")

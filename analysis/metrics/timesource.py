@@ -68,6 +68,12 @@ def run_sources(events: pd.DataFrame, source: Source = "auto") -> dict[object, s
     return {r: ("events" if r in timed else "host") for r in runs}
 
 
+def one_source(values: object) -> str:
+    """The one source of several rows or runs, ``mixed`` when they differ (``host`` for none)."""
+    found = {str(v) for v in pd.Series(values, dtype=object).dropna()}
+    return found.pop() if len(found) == 1 else ("mixed" if found else "host")
+
+
 def timed_view(events: pd.DataFrame, sources: dict[object, str]) -> pd.DataFrame:
     """The event frame the breakdown reads: runs whose source is ``events`` on the device's
     timeline (module docstring), the others unchanged (a host-only frame is returned as it
@@ -121,3 +127,78 @@ def _idle_data(data: pd.DataFrame, dev: pd.DataFrame) -> pd.DataFrame:
         rows.append(first.assign(run_id=run_id, start_ns=s, dur_ns=e - s, step=pd.NA, epoch=pd.NA,
                                  cat="device_idle"))
     return pd.concat(rows, ignore_index=True) if rows else data.iloc[0:0]
+
+
+#: A host step end and a device step end closer than this are one instant (timer resolution
+#: and the anchor's error).
+_TOL_NS = 20_000
+
+
+def between_steps(events: pd.DataFrame) -> pd.DataFrame:
+    """Where the host waited for the device *between* steps: a synchronising call after
+    ``step_end()`` (``loss.item()`` after ``optimizer.step()``, a logging ``.cpu()``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, rank) with device-timed steps: ``n_steps`` (steps followed by
+        another), ``n_blocked`` (steps after which the host waited), ``blocked_frac``,
+        ``blocked_wait_s`` (mean over those steps of the time the host waited: from its
+        ``step_end()`` to the device's end of the step), ``host_step_s`` and
+        ``device_step_s`` (means over all those steps).
+
+    Notes
+    -----
+    Step k of a rank ends on the host at h_k (``step_end()``) and on the device at d_k (the
+    stream reached the event recorded there); the host starts step k+1 at s_{k+1}. When the
+    host left the step ahead of the device (h_k < d_k) and did not start the next one before
+    the device had finished it (s_{k+1} >= d_k), the host blocked in between: the device's
+    work of step k left the host's step window, so host step times understate the step
+    (device steps hold it, ``docs/metrics.md``, "Device time"). 20 µs of tolerance.
+    """
+    kind, name = plain(events["kind"]), plain(events["name"])
+    cols = ["run_id", "rank", "step", "start_ns", "dur_ns"]
+    host = events.loc[(kind == "phase") & (name == "step"), cols]
+    dev = events.loc[(kind == "device_phase") & (name == "step"), cols]
+    out_cols = ["run_id", "rank", "n_steps", "n_blocked", "blocked_frac", "blocked_wait_s", "host_step_s",
+                "device_step_s"]
+    if host.empty or dev.empty:
+        return pd.DataFrame(columns=out_cols)
+    key = ["run_id", "rank", "step"]
+    host = host.assign(run_id=plain(host["run_id"]), h_end=end_ns(host)).astype({"rank": object, "step": object})
+    dev = dev.assign(run_id=plain(dev["run_id"]), d_end=end_ns(dev)).astype({"rank": object, "step": object})
+    m = host.merge(dev[[*key, "d_end", "dur_ns"]], on=key, suffixes=("", "_dev")).sort_values(["run_id", "rank",
+                                                                                              "start_ns"])
+    m["next_start"] = m.groupby(["run_id", "rank"], sort=False)["start_ns"].shift(-1)
+    m = m.dropna(subset=["next_start"])
+    if m.empty:
+        return pd.DataFrame(columns=out_cols)
+    ahead = m["h_end"] < m["d_end"] - _TOL_NS
+    m["blocked"] = ahead & (m["next_start"].astype(np.int64) >= m["d_end"] - _TOL_NS)
+    m["wait_ns"] = np.where(m["blocked"], m["d_end"] - m["h_end"], np.nan)
+    g = m.groupby(["run_id", "rank"], sort=True)
+    out = g.agg(n_steps=("step", "size"), n_blocked=("blocked", "sum"), blocked_wait_s=("wait_ns", "mean"),
+                host_step_s=("dur_ns", "mean"), device_step_s=("dur_ns_dev", "mean")).reset_index()
+    out["blocked_frac"] = out["n_blocked"] / out["n_steps"]
+    for c in ("blocked_wait_s", "host_step_s", "device_step_s"):
+        out[c] = out[c] / 1e9
+    return out[out_cols]
+
+
+def explain_source(loss: pd.DataFrame, between: pd.DataFrame) -> list[str]:
+    """Sentences for "Why not ideal?": where the times came from (nothing on host-only rows:
+    a CPU run's host time is the whole truth), and each rank whose host waited for the
+    device between steps in most steps (``between``: :func:`between_steps`)."""
+    notes = []
+    sources = set(loss["source"].dropna()) if "source" in loss else set()
+    if sources - {"host"}:
+        notes.append("Times: " + "; ".join(f"{s}: {SOURCE_LABELS[s]}" for s in sorted(sources))
+                     + ". On device time, 'other / idle' is the device idle waiting for the host (host-bound).")
+    blocked = between[between["blocked_frac"] > 0.5] if len(between) else between
+    for r in blocked.itertuples(index=False):
+        notes.append(f"Run {r.run_id}, rank {r.rank}: after {r.n_blocked} of {r.n_steps} steps the host waited "
+                     f"{1e3 * r.blocked_wait_s:.3g} ms for the device between steps (a synchronising call after "
+                     "step_end(), such as loss.item() after optimizer.step()); its host-timed step "
+                     f"({1e3 * r.host_step_s:.3g} ms) leaves that GPU work out, the device-timed step "
+                     f"({1e3 * r.device_step_s:.3g} ms) holds it and is the one used.")
+    return notes
