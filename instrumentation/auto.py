@@ -435,13 +435,18 @@ class _DdpWait:
                    args={"source": "ddp_hook", "buckets": n})
 
 
+#: The communication hook the recording hook runs (``ddp_comm_hook(hook=)``); None: DDP's
+#: default allreduce.
+_inner_hook: Any = None
+
+
 def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     # No annotations: DDP rejects a ``bucket`` annotated with anything but dist.GradBucket
     # (and with ``from __future__ import annotations`` every annotation is a string).
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     t0 = _ph.now()
-    fut = allreduce_hook(state, bucket)
+    fut = (_inner_hook or allreduce_hook)(state, bucket)
     if not _ph.recording():
         return fut
     try:
@@ -466,13 +471,17 @@ def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     return fut
 
 
-def ddp_comm_hook(ddp_model: Any, process_group: Any = None) -> bool:
+def ddp_comm_hook(ddp_model: Any, process_group: Any = None, *, hook: Any = None) -> bool:
     """Register the recording allreduce comm hook on a ``DistributedDataParallel`` model.
 
     Must be called before the first backward pass (DDP allows one comm hook per model).
-    Returns ``True`` when registered; on failure warns once and returns ``False``.
+    ``hook``: a comm hook of the script's own (``hook(state, bucket) -> Future``) that the
+    recording hook runs instead of DDP's default allreduce (compression, a delayed
+    allreduce). Returns ``True`` when registered; on failure warns once and returns ``False``.
     """
+    global _inner_hook
     try:
+        _inner_hook = hook
         ddp_model.register_comm_hook(state=process_group, hook=_recording_allreduce_hook)
         return True
     except Exception as exc:

@@ -58,7 +58,13 @@ from analysis.metrics.sizes import (
 )
 from analysis.metrics.stragglers import negotiation_stragglers, phase_stragglers, straggler_summary
 from analysis.metrics.sync import sync_cost, sync_scaling, sync_times
-from analysis.metrics.timesource import SOURCES, between_steps, run_sources, timed_view
+from analysis.metrics.timesource import (
+    SOURCES,
+    between_steps,
+    event_arrivals,
+    run_sources,
+    timed_view,
+)
 from analysis.metrics.utilization import (
     device_usage,
     gpu_memory_phases,
@@ -83,6 +89,7 @@ __all__ = [
     "device_usage",
     "epoch_times",
     "equal_batch_comparison",
+    "event_arrivals",
     "explain_loss",
     "final_losses",
     "find_max_records",

@@ -202,3 +202,50 @@ def explain_source(loss: pd.DataFrame, between: pd.DataFrame) -> list[str]:
                      f"({1e3 * r.host_step_s:.3g} ms) leaves that GPU work out, the device-timed step "
                      f"({1e3 * r.device_step_s:.3g} ms) holds it and is the one used.")
     return notes
+
+
+def event_arrivals(events: pd.DataFrame) -> pd.DataFrame:
+    """The gradient synchronisation of each step matched across ranks from the device
+    events: who arrived last, and each rank's peer wait apart from the transfer.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run_id, step, rank) with a device ``sync`` span: ``run_id``, ``rank``,
+        ``seq`` (the step), ``name``, ``start_ns``, ``end_ns``, ``wait_s``, ``transfer_s``,
+        ``last_rank``, ``n_ranks``, ``match`` (``"step"``): the columns of
+        :func:`analysis.metrics.collectives.collectives`.
+
+    Notes
+    -----
+    A rank arrives at the step's synchronisation when its stream reaches the event of
+    "gradients ready" (DDP: the last bucket's hook; Horovod: ``synchronize()``), the start of
+    its device ``sync`` span. Per step, the last arriver is the rank that arrives last;
+    ``wait_s`` = last arrival - own arrival (peer wait, 0 for the last arriver) and
+    ``transfer_s`` = max(own end - last arrival, 0). Device times are on each rank's host
+    clock (the anchor), so ranks are comparable on one node; across nodes the hosts' clock
+    offset (``run.json`` ``ranks[].clock``) adds to the wait. Steps where only some ranks
+    have a span are left out.
+    """
+    kind, name = plain(events["kind"]), plain(events["name"])
+    sync = events[(kind == "device_phase") & (name == "sync") & (plain(events["cat"]) == "device")
+                  & events["step"].notna()]
+    cols = ["run_id", "rank", "seq", "name", "start_ns", "end_ns", "wait_s", "transfer_s", "last_rank", "n_ranks",
+            "match"]
+    if sync.empty:
+        return pd.DataFrame(columns=cols)
+    t = pd.DataFrame({"run_id": plain(sync["run_id"]).to_numpy(), "rank": sync["rank"].astype("Int64").to_numpy(),
+                      "seq": sync["step"].astype("Int64").to_numpy(), "name": "sync",
+                      "start_ns": sync["start_ns"].to_numpy(np.int64), "end_ns": end_ns(sync)})
+    t = t.drop_duplicates(["run_id", "seq", "rank"])
+    g = t.groupby(["run_id", "seq"], sort=False)
+    t["n_ranks"] = g["rank"].transform("size")
+    full = t.groupby("run_id")["rank"].transform("nunique")
+    t = t[t["n_ranks"] == full].copy()
+    last = t.loc[t.groupby(["run_id", "seq"], sort=False)["start_ns"].idxmax(), ["run_id", "seq", "rank",
+                                                                                  "start_ns"]]
+    t = t.merge(last.rename(columns={"rank": "last_rank", "start_ns": "last_start"}), on=["run_id", "seq"])
+    t["wait_s"] = (t["last_start"] - t["start_ns"]) / 1e9
+    t["transfer_s"] = np.maximum(t["end_ns"] - t["last_start"], 0) / 1e9
+    t["match"] = "step"
+    return t.sort_values(["run_id", "seq", "rank"]).reset_index(drop=True)[cols]

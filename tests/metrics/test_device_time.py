@@ -111,6 +111,12 @@ def test_straggler_on_device_time_is_the_rank_with_more_device_work():
     assert r0["exposed_s"].median() == pytest.approx(5e-3)
     assert r0["straggler_s"].median() == pytest.approx(2e-3)
     assert steps.loc[steps["rank"] == 1, "straggler_s"].max() == 0
+    # matched across ranks by step: rank 1 arrives last, rank 0 waits 2 ms, both transfer 3 ms
+    arr = M.event_arrivals(ev)
+    assert len(arr) == 12 and (arr["last_rank"] == 1).all() and (arr["match"] == "step").all()
+    assert arr.loc[arr["rank"] == 0, "wait_s"].tolist() == pytest.approx([2e-3] * 6)
+    assert arr.loc[arr["rank"] == 1, "wait_s"].tolist() == [0.0] * 6
+    assert arr["transfer_s"].tolist() == pytest.approx([3e-3] * 12)
 
 
 def test_a_blocking_call_after_step_end_is_found():
