@@ -366,7 +366,7 @@ class _DdpWait:
     pending: ClassVar[list] = []  # [future, t0, tid, step, epoch, args] per bucket
     n_buckets = 0
     t_ready = 0
-    dev_ready: tuple | None = None  # the device mark of "gradients ready" (CUDA events)
+    dev_ready: object | None = None  # the device mark of "gradients ready" (a CUDA event)
     step: int | None = None
     epoch: int | None = None
     pushed_on: int | None = None

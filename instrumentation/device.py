@@ -23,9 +23,9 @@ Anchor and clock
 ----------------
 After the synchronize the stream is idle, so the anchor event executes when it is
 recorded: device time ``d`` (ms after the anchor) is host time ``anchor_ns + d * 1e6``.
-Every event also bounds the anchor: it cannot execute before the host recorded it. The
-largest violation seen (``anchor_correction_ns``, normally 0 to a few µs) is written in
-the summary and added by the reader. An ``epoch_end`` instant is recorded on the device at
+Every step also bounds the anchor: its start cannot execute on the device before the host
+started the step. The largest violation seen (``anchor_correction_ns``, normally 0 to a few
+µs) is written in the summary and added by the reader. An ``epoch_end`` instant is recorded on the device at
 each epoch end as a per-epoch anchor check.
 
 Sampling
@@ -108,17 +108,21 @@ class DeviceTimer:
     def __init__(self, api: Any, add: Any, *, pool: int = 512, lag: int = 2, first: int = 20,
                  budget: float = 0.01, every: int | None = None):
         self.api, self.add = api, add
+        self.record = api.record
         self.tid = DEVICE_TID_BASE + int(api.device)
         self.lag, self.first, self.budget, self.every = lag, first, budget, every
         self.free: list = [api.event() for _ in range(pool)]
         self.pool = pool
-        self.group: list[tuple] = []  # (cat, name, ev0, ev1, step, epoch, args, host_t0)
+        self.group: list[tuple] = []  # (cat, name, ev0, ev1, step, epoch, args)
         self.events: list = []
-        self.pending: deque = deque()
+        self.pending: deque = deque()  # (spans, events, step start host ns)
         self.on = True
         self.n_closed = self.n_timed = self.n_untimed = self.n_resolved = self.n_marks = 0
         self.host_steps: list[int] = []
-        self.min_lead_ns = None  # min over events of (device time - host record time)
+        self.resolve_ns = 0  # host time spent resolving (for the sampling rule)
+        self.min_lead_ns: int | None = None  # min over steps of (device start - host start)
+        # the args of the written records (the recorder copies them before adding to them)
+        self.args = {cat: {"device": int(api.device), "of": cat} for cat in ("phase", "comm", "anchor")}
         self.anchor = api.event()
         self.record_cost_ns = self._record_cost()
         api.synchronize()
@@ -134,9 +138,9 @@ class DeviceTimer:
         return (_now() - t0) / len(evs)
 
     # -- hot path ----------------------------------------------------------------------------
-    def mark(self) -> tuple | None:
+    def mark(self) -> Any:
         """Record an event on the stream now; None when this step is not timed or the pool is
-        empty. Returns ``(event, host_ns)``."""
+        empty."""
         if not self.on:
             return None
         free = self.free
@@ -145,67 +149,75 @@ class DeviceTimer:
             self.n_untimed += 1
             return None
         ev = free.pop()
-        self.api.record(ev)
+        self.record(ev)
         self.events.append(ev)
-        return ev, _now()
+        return ev
 
-    def span(self, cat: str, name: str, m0: tuple | None, m1: tuple | None, step: int | None,
-             epoch: int | None, args: dict | None = None) -> None:
+    def span(self, cat: str, name: str, m0: Any, m1: Any, step: int | None, epoch: int | None,
+             args: dict | None = None) -> None:
         """Queue a span between two marks (dropped when either is None)."""
         if m0 is not None and m1 is not None:
             self.group.append((cat, name, m0, m1, step, epoch, args))
 
-    def close_step(self, host_step_ns: int) -> None:
-        """The step is over (after its ``step`` span was queued): start a new group, decide
-        whether the next step is timed, and resolve what the device has finished."""
+    def close_step(self, host_step_ns: int, host_start_ns: int = 0) -> None:
+        """The step is over (after its ``step`` span was queued; it started on the host at
+        ``host_start_ns``): start a new group, decide whether the next step is timed, and
+        resolve what the device has finished."""
         if self.on and self.group:
-            self.pending.append((self.group, self.events))
+            self.pending.append((self.group, self.events, host_start_ns))
             self.n_timed += 1
             self.n_marks += len(self.events)
             if len(self.host_steps) < self.first:
                 self.host_steps.append(host_step_ns)
         elif self.events:  # the pool ran dry inside the step: the partial group is useless
-            self.pending.append(([], self.events))
+            self.pending.append(([], self.events, 0))
         self.group, self.events = [], []
         self.n_closed += 1
         if self.every is None and self.n_closed == self.first:
             self.every = self._period()
         every = self.every or 1
         self.on = self.n_closed < self.first or self.n_closed % every == 0
-        self.resolve(self.lag)
+        if len(self.pending) > self.lag:
+            t0 = _now()
+            self.resolve(self.lag)
+            self.resolve_ns += _now() - t0
 
     def _period(self) -> int:
-        """The smallest step period keeping the events' cost within the budget."""
+        """The smallest step period keeping the timer's cost within the budget: the event
+        records (their measured cost) and the resolution (its measured time) of a timed step
+        against the median host step."""
         if not self.host_steps or not self.n_timed:
             return 1
         steps = sorted(self.host_steps)
         median = steps[len(steps) // 2]
-        marks = self.n_marks / self.n_timed
-        return max(1, math.ceil(marks * self.record_cost_ns / max(self.budget * median, 1.0)))
+        cost = self.n_marks / self.n_timed * self.record_cost_ns + self.resolve_ns / self.n_timed
+        return max(1, math.ceil(cost / max(self.budget * median, 1.0)))
 
     def resolve(self, lag: int = 0) -> None:
-        """Convert every group older than ``lag`` steps whose events have completed."""
-        pending = self.pending
+        """Convert every group older than ``lag`` steps whose events have completed (one
+        stream: its last event completes last)."""
+        pending, add, tid, base = self.pending, self.add, self.tid, self.anchor_ns
+        elapsed = self.anchor.elapsed_time
         while len(pending) > lag:
-            spans, events = pending[0]
-            if events and not (events[-1].query() and all(ev.query() for ev in events)):
+            spans, events, host_start = pending[0]
+            if events and not events[-1].query():
+                return
+            try:
+                out = [("device", name, base + round(elapsed(e0) * 1e6),
+                        None if e1 is e0 else base + round(elapsed(e1) * 1e6), tid, step, epoch,
+                        {**self.args[cat], **args} if args else self.args[cat])
+                       for cat, name, e0, e1, step, epoch, args in spans]
+            except RuntimeError:  # an event on another stream not done yet: try again later
                 return
             pending.popleft()
-            for cat, name, (e0, h0), (e1, h1), step, epoch, args in spans:
-                t0, t1 = self._device_ns(e0, h0), self._device_ns(e1, h1)
-                a = {"device": self.api.device, "of": cat}
-                if args:
-                    a.update(args)
-                self.add(("device", name, t0, t1 if e1 is not e0 else None, self.tid, step, epoch, a))
-                self.n_resolved += 1
+            for rec in out:
+                add(rec)
+                if rec[1] == "step" and host_start:
+                    lead = rec[2] - host_start
+                    if self.min_lead_ns is None or lead < self.min_lead_ns:
+                        self.min_lead_ns = lead
+            self.n_resolved += len(out)
             self.free.extend(events)
-
-    def _device_ns(self, ev: Any, host_ns: int) -> int:
-        t = self.anchor_ns + round(self.anchor.elapsed_time(ev) * 1e6)
-        lead = t - host_ns
-        if self.min_lead_ns is None or lead < self.min_lead_ns:
-            self.min_lead_ns = lead
-        return t
 
     def finish(self) -> dict:
         """Wait for the device once, resolve everything, and return the summary."""

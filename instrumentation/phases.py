@@ -40,6 +40,8 @@ __all__ = [
 #: The phase vocabulary (``docs/instrumentation.md``).
 PHASES: tuple[str, ...] = ("data", "forward", "backward", "sync", "optimizer", "step", "epoch", "eval")
 _NOT_IN_STEP = frozenset({"epoch", "eval", "step"})
+#: Phases of the host alone: no device span (the device view takes ``data`` from the host).
+_HOST_ONLY = frozenset({"data", "epoch", "eval"})
 
 _now = time.perf_counter_ns
 _tid = threading.get_native_id
@@ -136,7 +138,7 @@ def _start_device() -> None:
         _device_failed(exc)
 
 
-def device_mark() -> tuple | None:
+def device_mark() -> object | None:
     """A CUDA event on the current stream now (for the hooks); None when device timing is off."""
     dev = S.dev
     if dev is None:
@@ -148,7 +150,7 @@ def device_mark() -> tuple | None:
         return None
 
 
-def device_span(cat: str, name: str, m0: tuple | None, m1: tuple | None, *, step: int | None,
+def device_span(cat: str, name: str, m0: object | None, m1: object | None, *, step: int | None,
                 epoch: int | None, args: dict | None = None) -> None:
     """Queue the device span between two :func:`device_mark` marks (a no-op when off)."""
     dev = S.dev
@@ -205,11 +207,13 @@ class Phase:
         if opens_step and S.dev_factory is not None:
             _start_device()
         dev = S.dev
-        if dev is not None:
+        if dev is not None and (opens_step or name not in _HOST_ONLY):
             try:
-                self.m0 = m = dev.mark()
+                m = dev.mark()
                 if opens_step:
                     S.step_m0 = m
+                if name not in _HOST_ONLY:
+                    self.m0 = m
             except Exception as exc:
                 _device_failed(exc)
         return self
@@ -385,7 +389,7 @@ def step_end() -> None:
     rec.add(("phase", "step", S.step_t0, t1, _tid(), S.step, S.epoch, None))
     if dev is not None:
         try:
-            dev.close_step(t1 - S.step_t0)
+            dev.close_step(t1 - S.step_t0, S.step_t0)
         except Exception as exc:
             _device_failed(exc)
     S.step_open = False
