@@ -314,7 +314,10 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
         role[name] = where[ids]
     b = float(np.nanmean(g["batch_size"].astype(float))) if "batch_size" in g else np.nan
     n0 = float(base["n_ranks"].astype(float).mean())
-    cont, evidence = _contention(g, ref if _ids(ref) != _ids(base) else None)
+    source = _source_of(base, ref, g)
+    # CPU contention slows host work; device compute it cannot slow (a slower launch shows
+    # as the device idle, other_s), so on device time compute stays compute
+    cont, evidence = _contention(g, ref if _ids(ref) != _ids(base) else None) if source == "host" else (False, None)
     cols = ["measured_step_s", "ideal_step_s", "gap_s", *CAUSES, "efficiency", "speedup", "time_per_sample_s",
             "throughput_samples_per_s"]
 
@@ -357,7 +360,7 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
     cvs = [c for c in (run_cv(g["step_s"]), run_cv(base["step_s"])) if np.isfinite(c)]
     row["repeats_for_5pct"] = repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan
     row["contention_evidence"] = evidence if cont and row["contention_s"] > 0 else None
-    row["source"] = _source_of(base, ref, g)
+    row["source"] = source
     return row
 
 
