@@ -419,6 +419,14 @@ def current_step() -> int | None:
 def _batch_len(obj: Any, depth: int = 0) -> int | None:
     """The leading dimension of the first tensor-like (``.shape``) in a batch, searching
     tuples, lists and dict values; ``None`` when there is none."""
+    if depth == 0 and (type(obj) is tuple or type(obj) is list) and obj:
+        # the common ``(inputs, targets)`` batch, without the general search (every step)
+        shape = getattr(obj[0], "shape", None)
+        if shape is not None and len(shape):
+            try:
+                return int(shape[0])
+            except (TypeError, ValueError):
+                pass
     if isinstance(obj, (tuple, list)) or (isinstance(obj, dict) and (obj := list(obj.values())) is not None):
         if depth > 3:
             return None
