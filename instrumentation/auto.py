@@ -264,7 +264,7 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
     try:
         if model is not None:
             model._scalescope_hooks = _ModelHooks(model)
-            _remember(model)
+            _ph.note_model(model)
             _note_model(model)
             if comm_hook and _is_ddp(model):
                 ddp_comm_hook(model)
@@ -277,50 +277,6 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
     except Exception as exc:
         warn_once("instrument", f"automatic instrumentation failed: {exc!r}")
     return wrap_loader(loader) if loader is not None else None
-
-
-#: The instrumented model (a weak reference): its device for the CUDA events, and DDP's
-#: own timing at ``finish()``.
-_model_ref: Any = None
-
-#: DDP's logging data kept at ``finish()`` (a cross-check of the device events: the reducer
-#: times forward, backward compute and communication with CUDA events itself, in ns).
-DDP_LOGGING_KEYS = ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
-                    "avg_backward_compute_comm_overlap_time", "backend_name", "bucket_sizes",
-                    "comm_hook", "is_multi_device_module", "world_size")
-
-
-def _remember(model: Any) -> None:
-    global _model_ref
-    try:
-        import weakref
-
-        _model_ref = weakref.ref(model)
-    except TypeError:
-        _model_ref = None
-
-
-def model_device() -> int | None:
-    """The CUDA device index of the instrumented model's first parameter (None: unknown)."""
-    model = _model_ref() if _model_ref is not None else None
-    try:
-        dev = next(model.parameters()).device if model is not None else None
-        return int(dev.index) if dev is not None and dev.type == "cuda" and dev.index is not None else None
-    except Exception:
-        return None
-
-
-def ddp_logging_data() -> dict:
-    """DDP's ``_get_ddp_logging_data()`` (the keys of :data:`DDP_LOGGING_KEYS`), or ``{}``."""
-    model = _model_ref() if _model_ref is not None else None
-    if model is None or not _is_ddp(model):
-        return {}
-    try:
-        data = model._get_ddp_logging_data()
-        return {k: data[k] for k in DDP_LOGGING_KEYS if k in data and isinstance(data[k], (int, float, str))}
-    except Exception as exc:
-        warn_once("ddp-logging", f"cannot read DDP's logging data: {exc!r}")
-        return {}
 
 
 def _note_model(model: Any) -> None:

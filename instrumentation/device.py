@@ -237,6 +237,36 @@ class DeviceTimer:
                 "anchor_correction_ns": max(0, -lead) if lead is not None else 0}
 
 
+#: DDP's logging data kept at ``finish()`` (a cross-check of the device events: the reducer
+#: times forward, backward compute and communication with CUDA events itself, in ns).
+DDP_LOGGING_KEYS = ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
+                    "avg_backward_compute_comm_overlap_time", "backend_name", "bucket_sizes",
+                    "comm_hook", "is_multi_device_module", "world_size")
+
+
+def model_device(model: Any) -> int | None:
+    """The CUDA device index of ``model``'s first parameter (None: unknown or not CUDA)."""
+    try:
+        dev = next(model.parameters()).device if model is not None else None
+        return int(dev.index) if dev is not None and dev.type == "cuda" and dev.index is not None else None
+    except Exception:
+        return None
+
+
+def ddp_logging_data(model: Any) -> dict:
+    """DDP's ``_get_ddp_logging_data()`` (the keys of :data:`DDP_LOGGING_KEYS`), or ``{}``
+    for a model that is not DDP."""
+    get = getattr(model, "_get_ddp_logging_data", None)
+    if get is None:
+        return {}
+    try:
+        data = get()
+        return {k: data[k] for k in DDP_LOGGING_KEYS if k in data and isinstance(data[k], (int, float, str))}
+    except Exception as exc:
+        warn_once("ddp-logging", f"cannot read DDP's logging data: {exc!r}")
+        return {}
+
+
 def every_from_env() -> int | None:
     """``SCALESCOPE_DEVICE_EVERY``: a fixed period, 0 = off, unset = automatic (None)."""
     v = os.environ.get("SCALESCOPE_DEVICE_EVERY", "").strip()

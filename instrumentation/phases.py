@@ -31,9 +31,27 @@ from typing import Any, TypeVar
 from instrumentation._env import warn_once, warn_write_error
 
 __all__ = [
-    "PHASES", "Phase", "close_implicit_epoch", "current_epoch", "current_step", "device_mark", "device_span",
-    "epoch_end", "epoch_start", "mark",
-    "may_open_step", "name_track", "note_batch", "now", "nvtx_pop", "nvtx_push", "phase", "record", "recording",
+    "PHASES",
+    "Phase",
+    "close_implicit_epoch",
+    "current_epoch",
+    "current_step",
+    "device_mark",
+    "device_span",
+    "epoch_end",
+    "epoch_start",
+    "mark",
+    "may_open_step",
+    "model",
+    "name_track",
+    "note_batch",
+    "note_model",
+    "now",
+    "nvtx_pop",
+    "nvtx_push",
+    "phase",
+    "record",
+    "recording",
     "step_end",
 ]
 
@@ -122,6 +140,28 @@ S = _State()
 def _nvtx_failed(exc: BaseException) -> None:
     S.nvtx = None
     warn_once("nvtx-call", f"NVTX call failed ({exc!r}); NVTX ranges are off from now on")
+
+
+#: The instrumented model (a weak reference; ``instrument(model=)``): its device for the CUDA
+#: events and DDP's own timing at ``finish()``. Not part of :class:`_State`: a model may be
+#: instrumented before ``init``.
+_model_ref: Any = None
+
+
+def note_model(model: Any) -> None:
+    """Remember the instrumented model (weakly)."""
+    global _model_ref
+    try:
+        import weakref
+
+        _model_ref = weakref.ref(model)
+    except TypeError:
+        _model_ref = None
+
+
+def model() -> Any:
+    """The instrumented model, or None."""
+    return _model_ref() if _model_ref is not None else None
 
 
 def _device_failed(exc: BaseException) -> None:

@@ -21,7 +21,6 @@ import threading
 import time
 from pathlib import Path
 
-from instrumentation import auto as _auto
 from instrumentation import device as _device
 from instrumentation import horovod_timeline as _hvt
 from instrumentation import manifest as _mf
@@ -532,7 +531,7 @@ def _device_factory(recorder: TraceRecorder):
         return None
 
     def make():
-        api = _device.cuda_api(_auto.model_device())
+        api = _device.cuda_api(_device.model_device(_ph.model()))
         return None if api is None else _device.DeviceTimer(api, recorder.add, every=every)
 
     return make
@@ -732,7 +731,7 @@ def _device_summary(S) -> dict:
             out["device"] = dev.finish()
         except Exception as exc:
             warn_once("device-finish", f"could not resolve the last CUDA events: {exc!r}")
-    ddp = _auto.ddp_logging_data()
+    ddp = _device.ddp_logging_data(_ph.model())
     if ddp:
         out["ddp_logging"] = ddp
     return out

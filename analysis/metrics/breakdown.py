@@ -332,9 +332,8 @@ def time_breakdown(
         The rank whose ``sync_total`` comes from the Horovod timeline when the run has one
         (the coordinator, rank 0, writes it on its own clock); ``None``: never.
     source
-        ``"auto"`` (default): device time for the runs that recorded CUDA events, host time
-        for the others; ``"host"``: host time always; ``"events"``: device time (an error
-        for a run without it). See :mod:`analysis.metrics.timesource`.
+        ``"auto"`` (device time where CUDA events were recorded), ``"host"`` or ``"events"``
+        (:mod:`analysis.metrics.timesource`).
 
     Returns
     -------
@@ -348,20 +347,15 @@ def time_breakdown(
 
     Notes
     -----
-    ``docs/metrics.md`` defines every quantity. For each rank, each component's intervals
-    are merged into a union; an instant covered by several components is given to the
-    first of data, forward, sync, backward, optimizer (an explicit ``sync`` phase is a wait,
-    also when nested in ``backward`` as DDP's is, or in ``optimizer`` as Horovod's
-    ``synchronize()`` is). Each union is then measured inside every step window (see
-    :func:`step_times`), so ``other_s = step_time_s - (data_s + forward_s + backward_s +
-    sync_exposed_s + optimizer_s)`` is the idle / unattributed rest and the shares sum to
-    1 exactly. A rank without ``sync`` phases but with in-flight records takes as exposed
-    the in-flight time no other phase covers.
-
-    ``sync_total_s``: the union of the time a gradient collective is in flight in the
-    step: the comm hooks' records on every rank (Horovod: the timeline, on
-    ``timeline_rank``, only where that rank has no hook records), with the rank's sync waits (a wait is for a collective in flight), so
-    ``sync_exposed_s <= sync_total_s``.
+    ``docs/metrics.md`` defines every quantity. Per rank, each component's intervals are
+    merged into a union; an instant covered by several goes to the first of data, forward,
+    sync, backward, optimizer (an explicit ``sync`` phase is a wait, also nested in
+    ``backward`` as DDP's is or in ``optimizer`` as Horovod's ``synchronize()``), measured
+    inside every step window (:func:`step_times`): ``other_s`` is the unattributed rest and
+    the shares sum to 1 exactly. A rank without ``sync`` phases but with in-flight records
+    takes as exposed the in-flight time no other phase covers. ``sync_total_s``: the union
+    of the rank's in-flight records (Horovod: the timeline on ``timeline_rank`` where that
+    rank has none) and its sync waits, so ``sync_exposed_s <= sync_total_s``.
     """
     if level not in ("step", "rank", "run"):
         raise ScalescopeError(f"level must be 'step', 'rank' or 'run', not {level!r}")
@@ -382,8 +376,7 @@ def time_breakdown(
         rows.append(_rank_step_ns(run_id, rank, w, one, comm, tl))
     keys = list(_LEVEL_KEYS[level])
     if not rows:
-        return pd.DataFrame(columns=[*keys, "source", "n_steps", "step_time_s", "step_mean_s",
-                                     *COMPONENT_COLUMNS.values(), "other_s", *SHARE_COLUMNS, "sync_total_s"])
+        return pd.DataFrame(columns=[*keys, "source", *_VALUE_COLUMNS])
     out = _in_seconds(_summed_at(pd.concat(rows, ignore_index=True), keys), keys)
     out.insert(len(keys), "source", out["run_id"].map(sources).fillna("host"))
     return out
@@ -399,6 +392,9 @@ def _summed_at(per_step: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
 
 
+#: The columns of :func:`time_breakdown` after its keys and ``source``.
+_VALUE_COLUMNS = ("n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(), "other_s", *SHARE_COLUMNS,
+                  "sync_total_s")
 #: The key columns of :func:`time_breakdown` at each level.
 _LEVEL_KEYS = {"step": ("run_id", "rank", "epoch", "step"), "rank": ("run_id", "rank"), "run": ("run_id",)}
 

@@ -129,9 +129,8 @@ def scaling_loss(
     confidence: float = CONFIDENCE,
     source: Source = "auto",
 ) -> pd.DataFrame:
-    """Why not ideal: per configuration and rank count, the step-time gap to the ideal
-    split into causes that sum to it, each with an interval and a verdict. The module's
-    docstring ("The split") and ``docs/metrics.md`` define every term.
+    """Why not ideal: per configuration and rank count, the step-time gap to the ideal split
+    into causes that sum to it, each with an interval and a verdict (``docs/metrics.md``).
 
     Parameters
     ----------
@@ -152,25 +151,20 @@ def scaling_loss(
     match
         Columns a ``"none"`` baseline must share with the configuration.
     mode
-        ``"auto"``: the mode the runs did (:func:`analysis.metrics.measures.scaling_mode`), or
-        ``"strong"``/``"weak"``. Recorded in ``attrs["mode"]``: every quantity here is per step
-        with a fixed per-rank batch, the same in every mode.
+        ``"auto"`` (:func:`analysis.metrics.measures.scaling_mode`), ``"strong"`` or ``"weak"``:
+        only recorded in ``attrs["mode"]`` (per step with a fixed per-rank batch, all is the same).
     warmup
         Warm-up rule (:func:`~analysis.metrics.breakdown.warmup_count`).
-    epochs
-        ``RunSet.epochs``: the samples per epoch that tell partial batches from full ones. Without
-        them every step counts as full (``attrs["notes"]`` says so).
-    samples
-        CPU samples (``RunSet.samples``): the per-rank CPU that shows contention.
+    epochs, samples
+        ``RunSet.epochs`` (samples per epoch tell partial batches from full ones; without them every
+        step counts as full, ``attrs["notes"]`` says so) and ``RunSet.samples`` (CPU contention).
     measured
         :func:`analysis.metrics.measures.measure_runs` already computed (the report does it once);
-        ``events``, ``epochs``, ``samples`` and ``warmup`` are then not used.
+        ``events``, ``epochs``, ``samples``, ``warmup`` and ``source`` are then not used.
     confidence
         Level of every interval (:mod:`analysis.metrics.stats`).
     source
-        ``"auto"`` (default): device time for the runs that recorded CUDA events, host time
-        for the others; ``"host"`` or ``"events"`` to force one
-        (:mod:`analysis.metrics.timesource`; not used with ``measured``).
+        ``"auto"``, ``"host"`` or ``"events"`` (:mod:`analysis.metrics.timesource`).
 
     Returns
     -------
@@ -183,8 +177,7 @@ def scaling_loss(
         ``throughput_samples_per_s``; each with ``_ci_low`` / ``_ci_high``; ``X_verdict`` for the
         gap, each cause (against 0) and the efficiency (against 1); ``*_share`` of each cause in
         the gap; ``slowest_rank`` (NA on a tie), ``slowest_tied`` (the tied ranks),
-        ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``; ``source`` (``host``,
-        ``events`` or ``mixed``: where the row's times came from).
+        ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``; ``source``.
         ``attrs``: ``baseline``, ``reference``, ``mode``, ``unit``, ``notes``.
     """
     require_columns(runs, ("run_id", "framework", "n_ranks", *by, *match), "scaling_loss")
