@@ -1,0 +1,205 @@
+"""The device timeline on real Kineto traces: the 8-rank DLRM step of
+../shared/corpus/kineto/param_dlrm_8rank (one training step, NCCL, 8x V100 on one node),
+checked against the kernels read straight from the JSON files (independently of our reader)
+and against the physical facts of a collective.
+
+Found on that step (µs resolution, old Kineto: integer epoch µs on the host clock):
+8 NCCL kernels per rank (5 SendRecv = all_to_all, 3 AllReduce), matched by order. The
+ranks start each collective up to 7.6 ms apart, yet its kernels END within 7 µs of each
+other on all 8 ranks (1-7 µs per collective) and the transfer parts agree within 7 µs: the
+ranks share one clock, no alignment is needed (``align="ends"`` estimates offsets below
+1.1 µs). The last arrivers are ranks 7, 7, 7, 7, 7, 5, 5, 4; rank 1 arrives first at the
+first all_to_all and waits 7.6 ms in it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analysis
+import analysis.metrics as M
+from analysis.schema import make_events
+
+pytestmark = pytest.mark.corpus
+
+_US = 1000  # ns per µs
+
+
+@pytest.fixture(scope="module")
+def dlrm_files() -> list[Path]:
+    from conftest import CORPUS
+
+    files = sorted((CORPUS / "kineto" / "param_dlrm_8rank").glob("*.pt.trace.json"))
+    if len(files) != 8:
+        pytest.skip("the 8-rank DLRM set is not in ../shared/corpus")
+    return files
+
+
+@pytest.fixture(scope="module")
+def raw(dlrm_files) -> dict[int, dict]:
+    out = {}
+    for f in dlrm_files:
+        d = json.loads(f.read_text())
+        out[d["distributedInfo"]["rank"]] = d
+    return out
+
+
+@pytest.fixture(scope="module")
+def dlrm(dlrm_files) -> pd.DataFrame:
+    """All 8 ranks under one run id (each file alone would be its own run)."""
+    return pd.concat([analysis.read(f, format="kineto", run_id="dlrm", cache=False) for f in dlrm_files],
+                     ignore_index=True)
+
+
+def _nccl(d: dict) -> list[dict]:
+    return sorted((e for e in d["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel")),
+                  key=lambda e: e["ts"])
+
+
+def _window(d: dict, name: str) -> tuple[int, int]:
+    (e,) = [e for e in d["traceEvents"] if e.get("name") == name and e.get("ph") == "X"]
+    return e["ts"], e["ts"] + e["dur"]
+
+
+def test_dlrm_collectives_agree_with_the_raw_kernels(dlrm, raw):
+    c = M.collectives(dlrm)
+    assert len(c) == 8 * 8 and (c["match"] == "order").all() and (c["n_ranks"] == 8).all()
+    for seq in range(8):
+        kernels = {r: _nccl(d)[seq] for r, d in raw.items()}
+        last_ts = max(k["ts"] for k in kernels.values())
+        got = c[c["seq"] == seq].set_index("rank")
+        for r, k in kernels.items():
+            assert got.loc[r, "start_ns"] == k["ts"] * _US and got.loc[r, "end_ns"] == (k["ts"] + k["dur"]) * _US
+            assert got.loc[r, "wait_s"] == pytest.approx((last_ts - k["ts"]) * 1e-6, abs=1e-12)
+            assert got.loc[r, "transfer_s"] == pytest.approx((k["ts"] + k["dur"] - last_ts) * 1e-6, abs=1e-12)
+        last = min(r for r, k in kernels.items() if k["ts"] == last_ts)
+        assert (got["last_rank"] == last).all() and got.loc[last, "wait_s"] == 0
+    assert c.groupby("seq")["last_rank"].first().tolist() == [7, 7, 7, 7, 7, 5, 5, 4]
+
+
+def test_dlrm_collectives_end_together_on_every_rank(dlrm):
+    """The physical fact: a collective completes together everywhere. Starts spread by up
+    to 7.6 ms, ends by at most 7 µs, and the transfer part is the same on every rank."""
+    c = M.collectives(dlrm)
+    g = c.groupby("seq")
+    start_spread = g["start_ns"].agg(np.ptp)
+    end_spread = g["end_ns"].agg(np.ptp)
+    transfer_spread = g["transfer_s"].agg(np.ptp)
+    assert start_spread.max() == 7_624_000 and start_spread.idxmax() == 0
+    assert end_spread.max() <= 7 * _US and transfer_spread.max() <= 7e-6 + 1e-12
+    assert (end_spread < start_spread).all()
+    first = c[c["seq"] == 0].set_index("rank")
+    assert first["wait_s"].idxmax() == 1 and first.loc[1, "wait_s"] == pytest.approx(7.624e-3)
+
+
+def test_dlrm_clock_alignment_is_not_needed_and_recovers_an_injected_offset(dlrm):
+    truth = M.collectives(dlrm)
+    est = M.collectives(dlrm, align="ends").groupby("rank")["clock_offset_ns"].first()
+    assert est.abs().max() <= 1100  # below the traces' 1 µs resolution
+    shifted = dlrm.assign(start_ns=dlrm["start_ns"] + np.where(dlrm["rank"] == 5, 3_000_000, 0))
+    raw = M.collectives(shifted)
+    assert raw.groupby("seq")["end_ns"].agg(np.ptp).min() >= 3_000_000 - 7 * _US
+    fixed = M.collectives(shifted, align="ends")
+    off = fixed.groupby("rank")["clock_offset_ns"].first() - est
+    assert abs(off[5] - 3_000_000) <= 1100 and off.drop(5).abs().max() <= 1100
+    assert fixed["last_rank"].tolist() == truth["last_rank"].tolist()
+    assert np.allclose(fixed["wait_s"], truth["wait_s"], atol=2.2e-6, rtol=0)
+
+
+def test_dlrm_blocking_calls_in_forward(dlrm, raw):
+    """Each rank's synchronisations inside ``## forward ##``, against the raw JSON: count and
+    total. The rank that arrives first at the forward all_to_all (rank 1) blocks longest."""
+    b = M.blocking_calls(dlrm)
+    blocked = {}
+    for r, d in raw.items():
+        lo, hi = _window(d, "## forward ##")
+        want = [e for e in d["traceEvents"] if e.get("cat") == "cuda_runtime"
+                and e["name"] == "cudaStreamSynchronize" and lo <= e["ts"] < hi]
+        got = b[(b["rank"] == r) & (b["name"] == "cudaStreamSynchronize")
+                & b["start_ns"].between(lo * _US, hi * _US - 1)]
+        assert len(got) == len(want) > 0
+        assert got["dur_s"].sum() == pytest.approx(sum(e["dur"] for e in want) * 1e-6, abs=1e-12)
+        assert (got["op"] == "aten::copy_").all() and not got["nested"].any() and (got["step"] == 10).all()
+        blocked[r] = got["dur_s"].sum()
+    assert max(blocked, key=blocked.get) == 1 and blocked[1] > 6e-3
+    # every aten::_local_scalar_dense (.item()) of the step is found, inside its aten::item
+    n_items = sum(1 for e in raw[0]["traceEvents"] if e.get("name") == "aten::_local_scalar_dense")
+    r0 = b[(b["rank"] == 0) & (b["name"] == "aten::_local_scalar_dense")]
+    assert len(r0) == n_items == 57 and r0["op"].notna().all()
+
+
+def _launched_in(d: dict, name: str) -> list[dict]:
+    """The GPU events whose launching runtime call (same correlation id) starts in the
+    window of the range ``name`` (on any thread)."""
+    lo, hi = _window(d, name)
+    ev = d["traceEvents"]
+    launched = {e["args"]["correlation"] for e in ev if e.get("cat") == "cuda_runtime"
+                and "correlation" in e.get("args", {}) and lo <= e["ts"] < hi}
+    gpu = ("kernel", "gpu_memcpy", "gpu_memset")
+    return [e for e in ev if e.get("cat") in gpu and e["args"].get("correlation") in launched]
+
+
+def _union_us(events: list[dict]) -> int:
+    total, end = 0, None
+    for s, e in sorted((e["ts"], e["ts"] + e["dur"]) for e in events):
+        if end is None or s > end:
+            total, end = total + e - s, e
+        elif e > end:
+            total, end = total + e - end, e
+    return total
+
+
+def test_dlrm_launched_work_against_correlation_ids(dlrm, raw):
+    """The GPU work under the profiler step and under ``## forward ##``, against the raw
+    JSON's correlation ids. Ranks 1 and 3 also hold 64 kernels whose launch is not in the
+    trace (launched before the profiler window): they count nowhere."""
+    w = M.launched_work(dlrm)
+    unlaunched = {}
+    for r, d in raw.items():
+        one = w[(w["rank"] == r)].set_index("name")
+        for name in ("ProfilerStep#10", "## forward ##"):
+            want = _launched_in(d, name)
+            assert one.loc[name, "n_kernels"] == sum(e["cat"] == "kernel" for e in want)
+            assert one.loc[name, "n_copies"] == sum(e["cat"] != "kernel" for e in want)
+            assert one.loc[name, "gpu_s"] == pytest.approx(_union_us(want) * 1e-6, abs=1e-12)
+        n_gpu = sum(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in d["traceEvents"])
+        unlaunched[r] = n_gpu - len(_launched_in(d, "ProfilerStep#10"))
+    assert unlaunched == {0: 0, 1: 64, 2: 0, 3: 64, 4: 0, 5: 0, 6: 0, 7: 0}
+
+
+def _host_phases(ev: pd.DataFrame) -> pd.DataFrame:
+    """The DLRM step's own ranges as scalescope phases (what the host breakdown is fed)."""
+    names = {"## copy_batch_to_gpu ##": "data", "## forward ##": "forward", "## backward ##": "backward",
+             "## optimizer ##": "optimizer", "ProfilerStep#10": "step"}
+    r = ev[ev["name"].isin(list(names)) & ev["device"].isna()]
+    return make_events(run_id="dlrm", rank=r["rank"].to_numpy(), name=r["name"].map(names).to_numpy(),
+                       kind="phase", start_ns=r["start_ns"].to_numpy(), dur_ns=r["dur_ns"].to_numpy(),
+                       step=10, epoch=0, source="test")
+
+
+def test_dlrm_kernel_step_parts_name_the_waiting_rank_not_the_slow_one(dlrm):
+    """The wrong straggler: from the host phases, rank 1 has the longest step and is named
+    slowest; on the device, rank 1 is the rank that WAITS most (straggler_s 10.9 ms), and
+    the rank the others wait for (rank 7, last to arrive at the first five collectives)
+    waits least."""
+    k = M.kernel_step_parts(dlrm)
+    assert len(k) == 8 and (k["step"] == 10).all()
+    parts = k[["compute_s", "sync_s", "straggler_s", "other_s"]].sum(axis=1)
+    assert np.allclose(parts, k["step_s"], atol=1e-12, rtol=0)
+    x = M.exposed_comm(dlrm, by_step=True).set_index("rank")
+    ks = k.set_index("rank")
+    assert np.allclose(ks["sync_s"] + ks["straggler_s"], x["exposed_s"], atol=1e-12, rtol=0)
+    assert (x["exposed_blocking_s"] + x["exposed_idle_s"] - x["exposed_s"]).abs().max() < 1e-12
+    c = M.collectives(dlrm)
+    last = int(c.loc[c["seq"] == 0, "last_rank"].iloc[0])
+    waiter = int(ks["straggler_s"].idxmax())
+    assert last == 7 and waiter == 1 and waiter != last
+    assert ks["straggler_s"].idxmin() == last
+    assert c[(c["rank"] == last) & (c["last_rank"] == last)]["wait_s"].eq(0).all()
+    host = M.rank_step_parts(_host_phases(dlrm), warmup=0).set_index("rank")
+    assert host["is_slowest"].idxmax() == waiter  # the host view names the waiting rank slowest
