@@ -64,28 +64,35 @@ OUTSIDE_COLUMNS = ("run_id", "rank", "name", "start_ns", "dur_s", "op", "nested"
 # helpers
 
 
-def _plain_keys(df: pd.DataFrame) -> pd.DataFrame:
-    """``run_id``, ``name``, ``kind`` as plain objects so groupbys make no empty groups."""
-    return df.assign(**{c: plain(df[c]) for c in ("run_id", "name", "kind") if c in df.columns})
+#: The columns the device timeline reads (``pg``/``seq`` too where a frame has them).
+_COLUMNS = ("run_id", "rank", "pid", "tid", "device", "stream", "name", "kind", "cat", "start_ns", "dur_ns", "step",
+            "correlation", "pg", "seq")
+
+
+def _rows(events: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """The rows of ``mask`` (only the columns used here), ``run_id``/``name``/``kind`` as
+    plain objects so groupbys make no empty groups, and ``end_ns``."""
+    df = events.loc[mask, [c for c in _COLUMNS if c in events.columns]]
+    df = df.assign(**{c: plain(df[c]) for c in ("run_id", "name", "kind") if c in df.columns})
+    return df.assign(end_ns=end_ns(df))
 
 
 def _gpu_rows(events: pd.DataFrame, kinds: tuple[str, ...] = _GPU_KINDS) -> pd.DataFrame:
-    on = plain(events["kind"]).isin(kinds) & events["device"].notna()
-    g = _plain_keys(events[on.to_numpy()])
-    return g.assign(end_ns=end_ns(g))
+    return _rows(events, (events["kind"].isin(kinds) & events["device"].notna()).to_numpy())
 
 
 def _host_rows(events: pd.DataFrame) -> pd.DataFrame:
-    h = _plain_keys(events[events["device"].isna().to_numpy()])
-    return h.assign(end_ns=end_ns(h))
+    return _rows(events, events["device"].isna().to_numpy())
 
 
 def _codes(a: pd.DataFrame, b: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """One integer group code per row of ``a`` and of ``b`` for the same ``by`` values."""
-    keys = pd.concat([a[by], b[by]], ignore_index=True)
-    keys = keys.assign(**{c: plain(keys[c]) for c in by})
-    codes = keys.groupby(by, dropna=False, sort=False).ngroup().to_numpy()
-    return codes[: len(a)], codes[len(a):]
+    code = np.zeros(len(a) + len(b), np.int64)
+    for c in by:
+        col = pd.concat([plain(a[c]), plain(b[c])], ignore_index=True)
+        f, uniq = pd.factorize(col, use_na_sentinel=False)
+        code = np.unique(code * (len(uniq) + 1) + f, return_inverse=True)[1].astype(np.int64)
+    return code[: len(a)], code[len(a):]
 
 
 def _enclosing(cont: pd.DataFrame, qry: pd.DataFrame, by: list[str], *, whole: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -136,12 +143,21 @@ def _union_by_group(code: np.ndarray, s: np.ndarray, e: np.ndarray) -> pd.Series
     """Length of the union of intervals per group code (vectorised)."""
     if code.size == 0:
         return pd.Series(dtype=np.int64)
-    d = pd.DataFrame({"g": code, "s": s, "e": e}).sort_values(["g", "s"], kind="stable")
-    run_end = d.groupby("g", sort=False)["e"].cummax()
-    prev = run_end.groupby(d["g"], sort=False).shift(1)
-    block = (prev.isna() | (d["s"] > prev)).cumsum()
-    blocks = d.assign(e=run_end).groupby(block, sort=False).agg(g=("g", "first"), s=("s", "min"), e=("e", "max"))
-    return (blocks["e"] - blocks["s"]).groupby(blocks["g"]).sum()
+    t0 = int(s.min())
+    stride = int(e.max()) - t0 + 1
+    if (int(code.max()) + 1) * stride >= 2**62:  # times too far apart to shift: group by group
+        return pd.Series({k: iv.union_length(s[code == k], e[code == k]) for k in np.unique(code)})
+    # shift each group past the previous ones: one running maximum then serves all groups
+    order = np.lexsort((s, code))
+    g = code[order]
+    gs = (s[order] - t0) + g * stride
+    ge = (e[order] - t0) + g * stride
+    run_end = np.maximum.accumulate(ge)
+    new = np.ones(g.size, bool)
+    new[1:] = gs[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    block_end = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return pd.Series(block_end - gs[idx]).groupby(g[idx]).sum()
 
 
 # --------------------------------------------------------------------------------------
@@ -372,12 +388,11 @@ def _phase_of(host: pd.DataFrame, calls: pd.DataFrame) -> tuple[np.ndarray, pd.S
     return np.asarray(phase, dtype=object), n
 
 
-def _launches(events: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+def _launches(gpu: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     """GPU rows joined to the host call that launched them (same run, rank, ``correlation``;
     the earliest call should two share an id): the GPU row's times plus ``launch_*`` and
-    the call's ``pid``/``tid``. ``host``: the host rows (:func:`_host_rows`, rank keys)."""
-    require_columns(events, ("correlation", "pid", "tid"), "the launch projection")
-    gpu = _rank_keys(_gpu_rows(events))
+    the call's ``pid``/``tid``. ``gpu``, ``host``: :func:`_gpu_rows`, :func:`_host_rows`
+    with :func:`_rank_keys`."""
     gpu = gpu[gpu["correlation"].notna().to_numpy()]
     calls = host[host["correlation"].notna().to_numpy() & (host["kind"] != "cpu_op").to_numpy()]
     calls = calls.sort_values("start_ns", kind="stable").drop_duplicates(["run_id", "rank", "correlation"])
@@ -420,8 +435,9 @@ def launched_work(events: pd.DataFrame) -> pd.DataFrame:
     """
     require_columns(events, ("run_id", "rank", "kind", "device", "name", "start_ns", "dur_ns", "step"),
                     "launched_work")
+    require_columns(events, ("correlation", "pid", "tid"), "launched_work")
     host = _rank_keys(_host_rows(events))
-    lw = _launches(events, host)
+    lw = _launches(_rank_keys(_gpu_rows(events)), host)
     if lw.empty:
         return _empty(LAUNCHED_COLUMNS)
     q = lw.assign(end_ns=lw["launch_start_ns"], start_ns=lw["launch_start_ns"])
@@ -506,7 +522,8 @@ def _per_rank(events: pd.DataFrame, *, by_step: bool):
     coll = collectives(events)
     coll = coll.assign(rank=coll["rank"].astype("Int64").fillna(-1), run_id=plain(coll["run_id"]))
     coll_of = dict(tuple(coll.groupby(["run_id", "rank"], sort=False)))
-    queued = _launches(events, _rank_keys(_host_rows(events))) if "correlation" in events.columns else None
+    has_calls = all(c in events.columns for c in ("correlation", "pid", "tid"))
+    queued = _launches(gpu, _rank_keys(_host_rows(events))) if has_calls else None
     queued_of = {} if queued is None else dict(tuple(queued[queued["kind"] == "compute"].groupby(
         ["run_id", "rank"], sort=False)))
     for (run_id, rank), g in gpu.groupby(["run_id", "rank"], sort=True):

@@ -203,3 +203,24 @@ def test_dlrm_kernel_step_parts_name_the_waiting_rank_not_the_slow_one(dlrm):
     assert c[(c["rank"] == last) & (c["last_rank"] == last)]["wait_s"].eq(0).all()
     host = M.rank_step_parts(_host_phases(dlrm), warmup=0).set_index("rank")
     assert host["is_slowest"].idxmax() == waiter  # the host view names the waiting rank slowest
+
+
+@pytest.mark.parametrize("name", ["hta__negative_queue_length_rank0.json.gz", "hta__trace_diff_control.json.gz"])
+def test_profiler_steps_leave_gaps_without_blocking_calls(corpus_dir, name):
+    """Consecutive ``ProfilerStep#N`` ranges of these production traces leave gaps of
+    40-62 µs (the profiler's own step bookkeeping), and none of their many blocking calls
+    (hundreds of ``.item()``) falls in one: nothing to report."""
+    import gzip
+
+    path = corpus_dir / "kineto" / name
+    d = json.loads(gzip.open(path).read())
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in d["traceEvents"]
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    gaps = [(a[1], b[0]) for a, b in zip(steps, steps[1:])]
+    assert len(gaps) >= 4 and all(30 < hi - lo < 70 for lo, hi in gaps)
+    blocking = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::_local_scalar_dense"}
+    in_gaps = [e for e in d["traceEvents"] if e.get("name") in blocking
+               and any(lo <= e["ts"] < hi for lo, hi in gaps)]
+    ev = analysis.read(path, format="kineto", cache=False)
+    assert len(M.blocking_calls(ev)) > 80
+    assert len(M.sync_outside_steps(ev)) == len(in_gaps) == 0
