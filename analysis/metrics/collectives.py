@@ -231,7 +231,16 @@ def collectives(events: pd.DataFrame, *, align: Literal["none", "ends"] = "none"
     ``pg`` missing). Matching is within ``run_id``: give the ranks of one job one run id.
     ``align="ends"``: offset_r = median_c (e_rc - median_r' e_r'c), subtracted from the
     rank's times before the formulas above. Validated on the 8-rank DLRM step of the
-    corpus (``tests/metrics/test_collectives.py``).
+    corpus (``tests/metrics/test_collectives_corpus.py``).
+
+    Examples
+    --------
+    >>> from analysis.schema import make_events
+    >>> ev = make_events(run_id="r", rank=[0, 1], device=[0, 1], kind="comm", name="ncclKernel_AllReduce",
+    ...                  start_ns=[100, 400], dur_ns=[400, 100])
+    >>> c = collectives(ev)
+    >>> c["wait_s"].tolist(), c["transfer_s"].tolist(), c["last_rank"].tolist()
+    ([3e-07, 0.0], [1e-07, 1e-07], [1, 1])
     """
     require_columns(events, ("run_id", "rank", "kind", "device", "stream", "name", "start_ns", "dur_ns", "step"),
                     "collectives")

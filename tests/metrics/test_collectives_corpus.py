@@ -15,6 +15,7 @@ first all_to_all and waits 7.6 ms in it.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -213,10 +214,11 @@ def test_profiler_steps_leave_gaps_without_blocking_calls(corpus_dir, name):
     import gzip
 
     path = corpus_dir / "kineto" / name
-    d = json.loads(gzip.open(path).read())
+    with gzip.open(path) as fh:
+        d = json.loads(fh.read())
     steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in d["traceEvents"]
                    if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
-    gaps = [(a[1], b[0]) for a, b in zip(steps, steps[1:])]
+    gaps = [(a[1], b[0]) for a, b in pairwise(steps)]
     assert len(gaps) >= 4 and all(30 < hi - lo < 70 for lo, hi in gaps)
     blocking = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::_local_scalar_dense"}
     in_gaps = [e for e in d["traceEvents"] if e.get("name") in blocking
