@@ -265,3 +265,24 @@ def test_sync_outside_steps_finds_the_item_between_steps():
     # scalescope's own step phases are the windows where a rank has them
     ours = concat([ev, _host(0, ["step", "step"], ["phase", "phase"], [0, 1040], [1030, 900], step=[1, 2])])
     assert M.sync_outside_steps(ours).empty  # the item now lies inside step 2's window
+
+
+def _everything() -> pd.DataFrame:
+    """Two ranks with collectives, compute, launches, ranges and blocking calls."""
+    one = concat([_launch_frame(), _blocking_frame().assign(start_ns=lambda d: d["start_ns"] + 5000)])
+    comm = _gpu(0, "comm", [700, 900], [150, 50], corr=[10, 11])
+    other = concat([_gpu(1, "comm", [800, 880], [50, 70]), _gpu(1, "compute", [0], [800]),
+                    _host(1, ["ProfilerStep#3"], ["range"], [0], [1000])])
+    return concat([one, comm, other])
+
+
+@pytest.mark.parametrize("metric", [M.collectives, M.blocking_calls, M.launched_work, M.exposed_comm,
+                                    M.kernel_step_parts, M.sync_outside_steps])
+def test_inputs_stay_untouched_and_row_order_does_not_matter(metric):
+    ev = _everything()
+    before = ev.copy()
+    out = metric(ev)
+    pd.testing.assert_frame_equal(ev, before)
+    assert len(out) > 0
+    shuffled = ev.sample(frac=1, random_state=3).reset_index(drop=True)
+    pd.testing.assert_frame_equal(metric(shuffled), out, check_dtype=False, check_categorical=False)
