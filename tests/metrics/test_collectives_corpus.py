@@ -226,3 +226,39 @@ def test_profiler_steps_leave_gaps_without_blocking_calls(corpus_dir, name):
     ev = analysis.read(path, format="kineto", cache=False)
     assert len(M.blocking_calls(ev)) > 80
     assert len(M.sync_outside_steps(ev)) == len(in_gaps) == 0
+
+
+def test_dlrm_an_injected_straggler_is_found_again(dlrm):
+    """Make rank 2 arrive D = 3 ms after everyone at the first all_to_all: its kernel starts
+    at the old last arrival + D, every other rank's kernel of that collective ends D later,
+    and all GPU work after the old last arrival moves D later on every rank. Then rank 2 is
+    the last arriver, every other rank waits exactly D more (rank 7, the old last arriver,
+    from 0 to D), the transfers do not change, and on the device every other rank's
+    straggler time and every rank's step grow by D."""
+    d_ns = 3_000_000
+    c = M.collectives(dlrm)
+    first = c[c["seq"] == 0].set_index("rank")
+    t0 = int(first["start_ns"].max())
+    gpu = dlrm["device"].notna().to_numpy()
+    start, dur = dlrm["start_ns"].to_numpy().copy(), dlrm["dur_ns"].to_numpy().copy()
+    start[gpu & (start > t0)] += d_ns
+    for r in range(8):
+        (i,) = np.flatnonzero(gpu & (dlrm["rank"] == r).to_numpy() & (dlrm["start_ns"] == first.loc[r, "start_ns"])
+                              .to_numpy() & (dlrm["kind"] == "comm").to_numpy())
+        end = dlrm["start_ns"].iloc[i] + dlrm["dur_ns"].iloc[i] + d_ns
+        if r == 2:
+            start[i] = t0 + d_ns
+        dur[i] = end - start[i]
+    injected = dlrm.assign(start_ns=start, dur_ns=dur)
+    got = M.collectives(injected)
+    g = got[got["seq"] == 0].set_index("rank")
+    assert (g["last_rank"] == 2).all() and g.loc[2, "wait_s"] == 0
+    more = (g["wait_s"] - first["wait_s"]).drop(2)
+    assert np.allclose(more, d_ns / 1e9, rtol=0, atol=1e-12)
+    assert np.allclose(g["transfer_s"], first["transfer_s"], rtol=0, atol=1e-12)
+    assert got[got["seq"] > 0]["wait_s"].tolist() == pytest.approx(c[c["seq"] > 0]["wait_s"].tolist(), abs=1e-12)
+    before = M.kernel_step_parts(dlrm).set_index("rank")
+    after = M.kernel_step_parts(injected).set_index("rank")
+    assert np.allclose((after["straggler_s"] - before["straggler_s"]).drop(2), d_ns / 1e9, rtol=0, atol=1e-9)
+    assert np.allclose(after["step_s"] - before["step_s"], d_ns / 1e9, rtol=0, atol=1e-9)
+    assert after["straggler_s"].idxmin() == 2
