@@ -286,3 +286,15 @@ def test_inputs_stay_untouched_and_row_order_does_not_matter(metric):
     assert len(out) > 0
     shuffled = ev.sample(frac=1, random_state=3).reset_index(drop=True)
     pd.testing.assert_frame_equal(metric(shuffled), out, check_dtype=False, check_categorical=False)
+
+
+@pytest.mark.parametrize("metric", [M.blocking_calls, M.launched_work, M.sync_outside_steps])
+def test_per_rank_metrics_keep_their_maps_over_promise(metric):
+    """``@maps_over(unit="rank")``: the table of all ranks is the tables of single ranks,
+    concatenated in (run_id, rank) order (what lets a RunSet reduce rank files apart)."""
+    ev = pd.concat([_everything(), _everything().assign(run_id="q")], ignore_index=True)
+    whole = metric(ev)
+    parts = [metric(ev[(ev["run_id"] == run) & (ev["rank"] == rank)].reset_index(drop=True))
+             for run, rank in sorted({(str(a), int(b)) for a, b in zip(ev["run_id"], ev["rank"], strict=True)})]
+    pd.testing.assert_frame_equal(whole, pd.concat([p for p in parts if len(p)], ignore_index=True),
+                                  check_dtype=False, check_categorical=False)
