@@ -22,6 +22,7 @@ estimates each rank's offset from the ends of the collectives and removes it.
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Literal
 
@@ -44,6 +45,8 @@ BLOCKING_CALLS: frozenset[str] = frozenset({
     "cuMemcpyHtoD", "cuMemcpyHtoD_v2", "cuMemcpyDtoD", "cuMemcpyDtoD_v2", "hipStreamSynchronize",
     "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "aten::_local_scalar_dense",
 })
+#: nsys names CUDA API calls with their version: ``cudaStreamSynchronize_v3020``.
+_VERSION = re.compile(r"_v\d+$")
 _GPU_KINDS = ("compute", "comm", "memcpy", "memset")
 _RANGE_KINDS = ("phase", "range", "data")
 _PROFILER_STEP = r"^ProfilerStep#\d+$"
@@ -136,6 +139,14 @@ def _innermost(qi: np.ndarray, ci: np.ndarray, cont: pd.DataFrame, n: int) -> np
     qi, ci = qi[order], ci[order]
     last = np.append(qi[1:] != qi[:-1], True)
     out[qi[last]] = ci[last]
+    return out
+
+
+def _take(values: pd.Series, pos: np.ndarray) -> np.ndarray:
+    """``values`` at positions ``pos`` as objects, None where ``pos`` is -1."""
+    v = values.to_numpy(object)
+    out = np.full(len(pos), None, dtype=object)
+    out[pos >= 0] = v[pos[pos >= 0]]
     return out
 
 
@@ -331,7 +342,8 @@ def blocking_calls(events: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per call named in :data:`BLOCKING_CALLS`, in (``run_id``, ``rank``,
+        One row per call named in :data:`BLOCKING_CALLS` (nsys' version suffix, as in
+        ``cudaStreamSynchronize_v3020``, ignored), in (``run_id``, ``rank``,
         ``start_ns``) order: ``run_id``, ``rank``, ``pid``, ``tid``, ``name``, ``start_ns``
         (int64), ``dur_s`` (float s), ``op`` (innermost enclosing framework operator on the
         same pid/tid, missing if none), ``phase`` (innermost enclosing phase / NVTX / user
@@ -353,7 +365,8 @@ def blocking_calls(events: pd.DataFrame) -> pd.DataFrame:
     require_columns(events, ("run_id", "rank", "pid", "tid", "kind", "device", "name", "start_ns", "dur_ns", "step"),
                     "blocking_calls")
     host = _rank_keys(_host_rows(events))
-    calls = host[host["name"].isin(BLOCKING_CALLS).to_numpy()]
+    names = {n for n in pd.unique(host["name"]) if _VERSION.sub("", str(n)) in BLOCKING_CALLS}
+    calls = host[host["name"].isin(names).to_numpy()]
     if calls.empty:
         return _empty(BLOCKING_COLUMNS)
     calls = calls.sort_values(["run_id", "rank", "start_ns"], kind="stable")
@@ -371,7 +384,7 @@ def blocking_calls(events: pd.DataFrame) -> pd.DataFrame:
     out = calls.assign(
         rank=calls["rank"].where(calls["rank"] >= 0).astype("Int32"),
         dur_s=calls["dur_ns"] / NS_PER_S,
-        op=np.where(op >= 0, ops["name"].to_numpy(object)[op], None),
+        op=_take(ops["name"], op),
         phase=phase, step=calls["step"].astype("Int32").fillna(step), nested=nested)
     out["op"] = out["op"].where(out["op"].notna(), pd.NA)
     return out[list(BLOCKING_COLUMNS)].reset_index(drop=True)
@@ -387,12 +400,11 @@ def _phase_of(host: pd.DataFrame, calls: pd.DataFrame) -> tuple[np.ndarray, pd.S
     inner = _innermost(qi, ci, user, len(calls))
     qi, ci = _enclosing(ps, calls, ["run_id", "rank"], whole=False)
     step_r = _innermost(qi, ci, ps, len(calls))
-    ps_names = ps["name"].to_numpy(object)
-    phase = np.where(inner >= 0, user["name"].to_numpy(object)[inner], None)
-    phase = np.where((inner < 0) & (step_r >= 0), ps_names[step_r], phase)
+    ps_names = _take(ps["name"], step_r)
+    phase = np.where(inner >= 0, _take(user["name"], inner), ps_names)
     phase = pd.array(phase, dtype=object)
     phase[pd.isna(phase)] = pd.NA
-    n = pd.Series([int(str(ps_names[i]).split("#")[1]) if i >= 0 else pd.NA for i in step_r],
+    n = pd.Series([int(str(p).split("#")[1]) if p is not None else pd.NA for p in ps_names],
                   index=calls.index, dtype="Int32")
     return np.asarray(phase, dtype=object), n
 

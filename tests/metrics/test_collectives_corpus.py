@@ -262,3 +262,33 @@ def test_dlrm_an_injected_straggler_is_found_again(dlrm):
     assert np.allclose((after["straggler_s"] - before["straggler_s"]).drop(2), d_ns / 1e9, rtol=0, atol=1e-9)
     assert np.allclose(after["step_s"] - before["step_s"], d_ns / 1e9, rtol=0, atol=1e-9)
     assert after["straggler_s"].idxmin() == 2
+
+
+def test_nsys_export_blocking_calls_and_nvtx_projection(corpus_dir):
+    """nsys (flame__torch-ex.sqlite, ResNet-18, NVTX ``iterationN``/``forward`` ranges on one
+    thread): the 122 ``cudaStreamSynchronize_v3020`` calls are found (nsys' version suffix),
+    and the GPU work projected onto the ``forward`` ranges equals the kernels, copies and
+    sets whose runtime call (same correlationId) starts inside one, read with SQL."""
+    import sqlite3
+
+    path = corpus_dir / "nsys" / "flame__torch-ex.sqlite"
+    ev = analysis.read(path, cache=False)
+    b = M.blocking_calls(ev)
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    n_sync = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON r.nameId = s.id "
+                         "WHERE s.value LIKE 'cudaStreamSynchronize%'").fetchone()[0]
+    assert len(b) == n_sync == 122 and (b["name"] == "cudaStreamSynchronize_v3020").all()
+    gpu_sql = " UNION ALL ".join(f"SELECT start, end, correlationId, {int(t == 'KERNEL')} AS k "
+                                 f"FROM CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET"))
+    rows = con.execute(
+        f"SELECT DISTINCT g.start, g.end, g.k, g.correlationId FROM ({gpu_sql}) g "
+        "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = g.correlationId "
+        "JOIN NVTX_EVENTS n ON n.text = 'forward' AND n.globalTid = r.globalTid "
+        "AND r.start >= n.start AND r.start < n.end").fetchall()
+    con.close()
+    w = M.launched_work(ev).set_index("name").loc["forward"]
+    assert w["n_ranges"] == 10
+    assert w["n_kernels"] == sum(k for _, _, k, _ in rows) > 0
+    assert w["n_copies"] == sum(1 - k for _, _, k, _ in rows)
+    total = _union_us([{"ts": s, "dur": e - s} for s, e, _, _ in rows])  # ns here
+    assert w["gpu_s"] == pytest.approx(total / 1e9, abs=1e-12)
