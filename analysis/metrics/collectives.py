@@ -270,7 +270,7 @@ def collectives(events: pd.DataFrame, *, align: Literal["none", "ends"] = "none"
     last_start = g["start_ns"].transform("max")
     by_arrival = k.assign(_r=k["rank"].fillna(-1)).sort_values(["start_ns", "_r"], ascending=[True, False])
     last = by_arrival.groupby(keys, sort=False)["rank"].transform("last").reindex(k.index)
-    _check_names(k, g)
+    _check_order(k, g)
     out = k.assign(
         dur_s=(k["end_ns"] - k["start_ns"]) / NS_PER_S,
         wait_s=(last_start - k["start_ns"]) / NS_PER_S,
@@ -295,14 +295,21 @@ def _warn_single_rank_runs(k: pd.DataFrame) -> None:
                       UserWarning, stacklevel=3)
 
 
-def _check_names(k: pd.DataFrame, g: object) -> None:
-    """Kernels matched by order must be the same collective: warn when their names differ."""
-    n_names = g["name"].transform("nunique")
-    bad = k.loc[(n_names > 1).to_numpy() & (k["match"] == "order").to_numpy()]
+def _check_order(k: pd.DataFrame, g: object) -> None:
+    """Kernels matched by order must be the same collective: warn when their names differ
+    or when the ranks of a run hold different numbers of them on a stream."""
+    order = (k["match"] == "order").to_numpy()
+    bad = k.loc[(g["name"].transform("nunique") > 1).to_numpy() & order]
     if len(bad):
         warnings.warn(f"{bad.groupby(['run_id', '_lane', 'seq']).ngroups} collective(s) matched by order have "
                       "different kernel names on different ranks: the ranks' NCCL kernels do not line up "
                       "(different collectives, or a trace window that cuts some off)", UserWarning, stacklevel=3)
+    counts = k[order].groupby(["run_id", "_lane", k["rank"].fillna(-1)], sort=False).size()
+    uneven = counts.groupby(level=[0, 1], sort=False).nunique()
+    if (uneven > 1).any():
+        warnings.warn(f"the ranks of {int((uneven > 1).sum())} (run, NCCL stream) pair(s) hold different numbers of "
+                      "NCCL kernels: matching by order pairs the n-th kernels, so the pairs after a missing one "
+                      "are wrong (a trace window that cuts some off?)", UserWarning, stacklevel=3)
 
 
 # --------------------------------------------------------------------------------------

@@ -298,3 +298,10 @@ def test_per_rank_metrics_keep_their_maps_over_promise(metric):
              for run, rank in sorted({(str(a), int(b)) for a, b in zip(ev["run_id"], ev["rank"], strict=True)})]
     pd.testing.assert_frame_equal(whole, pd.concat([p for p in parts if len(p)], ignore_index=True),
                                   check_dtype=False, check_categorical=False)
+
+
+def test_uneven_kernel_counts_are_flagged():
+    ev = concat([_gpu(0, "comm", [100, 1000], [400, 100]), _gpu(1, "comm", [900], [200])])
+    with pytest.warns(UserWarning, match="different numbers"):
+        c = M.collectives(ev)
+    assert c.loc[c["seq"] == 1, "n_ranks"].tolist() == [1]
