@@ -32,10 +32,8 @@ _US = 1000  # ns per µs
 
 
 @pytest.fixture(scope="module")
-def dlrm_files() -> list[Path]:
-    from conftest import CORPUS
-
-    files = sorted((CORPUS / "kineto" / "param_dlrm_8rank").glob("*.pt.trace.json"))
+def dlrm_files(corpus_dir) -> list[Path]:
+    files = sorted((corpus_dir / "kineto" / "param_dlrm_8rank").glob("*.pt.trace.json"))
     if len(files) != 8:
         pytest.skip("the 8-rank DLRM set is not in ../shared/corpus")
     return files
