@@ -279,6 +279,7 @@ def collectives(events: pd.DataFrame, *, align: Literal["none", "ends"] = "none"
         n_ranks=g["rank"].transform("nunique").astype(np.int64),
         _first=g["start_ns"].transform("min"),
     )
+    _check_ends(out, keys)
     out = out.sort_values(["run_id", "_first", "_lane", "seq", "rank"], kind="stable")
     return out[list(COLLECTIVE_COLUMNS)].reset_index(drop=True)
 
@@ -292,6 +293,20 @@ def _warn_single_rank_runs(k: pd.DataFrame) -> None:
     if len(per_run) > 1 and (per_run <= 1).all():
         warnings.warn(f"each of the {len(per_run)} runs holds the kernels of one rank, so no collective is matched "
                       "across ranks; give the ranks of one job one run_id (events.assign(run_id=...))",
+                      UserWarning, stacklevel=3)
+
+
+def _check_ends(k: pd.DataFrame, keys: list[str]) -> None:
+    """A collective ends together on all its ranks: warn when matched kernels end further
+    apart than the shortest of them lasts (and more than 10 µs, two ticks of µs traces)."""
+    g = k.assign(_d=k["end_ns"] - k["start_ns"]).groupby(keys, sort=False)
+    spread = g["end_ns"].transform("max") - g["end_ns"].transform("min")
+    bad = (spread > np.maximum(g["_d"].transform("min"), 10_000)).to_numpy()
+    if bad.any():
+        n = k[bad].groupby(keys, sort=False).ngroups
+        warnings.warn(f"the kernels of {n} matched collective(s) end up to {spread.max() / 1e6:.3f} ms apart across "
+                      "ranks, longer than the shortest of them lasts, while a collective ends together everywhere: "
+                      "the ranks' clocks differ (try align='ends') or the kernels do not belong together",
                       UserWarning, stacklevel=3)
 
 
