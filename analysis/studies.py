@@ -15,6 +15,7 @@ import pandas as pd
 from analysis import metrics as M
 from analysis import plots as P
 from analysis.errors import ScalescopeError
+from analysis.metrics.timesource import explain_source
 from analysis.runset import RunSet
 from analysis.schema import MACHINE_AXES
 
@@ -273,6 +274,7 @@ def _study_why(ctx: Context) -> Section:
                      f"Unit: {loss.attrs.get('unit')}.")
     sec.notes.extend(loss.attrs.get("notes", []))
     sec.notes.extend(_thread_notes(ctx))
+    sec.notes.extend(explain_source(loss, M.between_steps(ctx.need_events())))
     sec.notes.extend(M.explain_loss(loss))
     multi = loss[loss["n_ranks"] > 1]
     if multi.empty:

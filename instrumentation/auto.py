@@ -264,6 +264,7 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
     try:
         if model is not None:
             model._scalescope_hooks = _ModelHooks(model)
+            _remember(model)
             _note_model(model)
             if comm_hook and _is_ddp(model):
                 ddp_comm_hook(model)
@@ -276,6 +277,50 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
     except Exception as exc:
         warn_once("instrument", f"automatic instrumentation failed: {exc!r}")
     return wrap_loader(loader) if loader is not None else None
+
+
+#: The instrumented model (a weak reference): its device for the CUDA events, and DDP's
+#: own timing at ``finish()``.
+_model_ref: Any = None
+
+#: DDP's logging data kept at ``finish()`` (a cross-check of the device events: the reducer
+#: times forward, backward compute and communication with CUDA events itself, in ns).
+DDP_LOGGING_KEYS = ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
+                    "avg_backward_compute_comm_overlap_time", "backend_name", "bucket_sizes",
+                    "comm_hook", "is_multi_device_module", "world_size")
+
+
+def _remember(model: Any) -> None:
+    global _model_ref
+    try:
+        import weakref
+
+        _model_ref = weakref.ref(model)
+    except TypeError:
+        _model_ref = None
+
+
+def model_device() -> int | None:
+    """The CUDA device index of the instrumented model's first parameter (None: unknown)."""
+    model = _model_ref() if _model_ref is not None else None
+    try:
+        dev = next(model.parameters()).device if model is not None else None
+        return int(dev.index) if dev is not None and dev.type == "cuda" and dev.index is not None else None
+    except Exception:
+        return None
+
+
+def ddp_logging_data() -> dict:
+    """DDP's ``_get_ddp_logging_data()`` (the keys of :data:`DDP_LOGGING_KEYS`), or ``{}``."""
+    model = _model_ref() if _model_ref is not None else None
+    if model is None or not _is_ddp(model):
+        return {}
+    try:
+        data = model._get_ddp_logging_data()
+        return {k: data[k] for k in DDP_LOGGING_KEYS if k in data and isinstance(data[k], (int, float, str))}
+    except Exception as exc:
+        warn_once("ddp-logging", f"cannot read DDP's logging data: {exc!r}")
+        return {}
 
 
 def _note_model(model: Any) -> None:
@@ -321,6 +366,7 @@ class _DdpWait:
     pending: ClassVar[list] = []  # [future, t0, tid, step, epoch, args] per bucket
     n_buckets = 0
     t_ready = 0
+    dev_ready: object | None = None  # the device mark of "gradients ready" (a CUDA event)
     step: int | None = None
     epoch: int | None = None
     pushed_on: int | None = None
@@ -361,6 +407,8 @@ class _DdpWait:
 
         cls.t_ready = max(t_ready, _last_backward_end)
         cls.step, cls.epoch = _ph.current_step(), _ph.current_epoch()
+        # on the device: the stream reaches this mark when the last bucket's gradients exist
+        cls.dev_ready = _ph.device_mark()
         # An NVTX range only on the training thread, where the final callback runs too on
         # CPU; on a CUDA autograd thread no range is pushed (push/pop are per thread).
         tid = threading.get_native_id()
@@ -373,6 +421,11 @@ class _DdpWait:
         import threading
 
         cls.stamp(_ph.now(), wait=True)
+        # after fut.wait() the stream waits for the allreduces: this mark completes when
+        # they have (on NCCL the host never waits here; the device does)
+        _ph.device_span("phase", "sync", cls.dev_ready, _ph.device_mark(), step=cls.step, epoch=cls.epoch,
+                        args={"source": "ddp_hook"})
+        cls.dev_ready = None
         t1 = _ph.now()
         if cls.pushed_on is not None and cls.pushed_on == threading.get_native_id():
             _ph.nvtx_pop()
@@ -382,13 +435,18 @@ class _DdpWait:
                    args={"source": "ddp_hook", "buckets": n})
 
 
+#: The communication hook the recording hook runs (``ddp_comm_hook(hook=)``); None: DDP's
+#: default allreduce.
+_inner_hook: Any = None
+
+
 def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     # No annotations: DDP rejects a ``bucket`` annotated with anything but dist.GradBucket
     # (and with ``from __future__ import annotations`` every annotation is a string).
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     t0 = _ph.now()
-    fut = allreduce_hook(state, bucket)
+    fut = (_inner_hook or allreduce_hook)(state, bucket)
     if not _ph.recording():
         return fut
     try:
@@ -413,13 +471,17 @@ def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     return fut
 
 
-def ddp_comm_hook(ddp_model: Any, process_group: Any = None) -> bool:
+def ddp_comm_hook(ddp_model: Any, process_group: Any = None, *, hook: Any = None) -> bool:
     """Register the recording allreduce comm hook on a ``DistributedDataParallel`` model.
 
     Must be called before the first backward pass (DDP allows one comm hook per model).
-    Returns ``True`` when registered; on failure warns once and returns ``False``.
+    ``hook``: a comm hook of the script's own (``hook(state, bucket) -> Future``) that the
+    recording hook runs instead of DDP's default allreduce (compression, a delayed
+    allreduce). Returns ``True`` when registered; on failure warns once and returns ``False``.
     """
+    global _inner_hook
     try:
+        _inner_hook = hook
         ddp_model.register_comm_hook(state=process_group, hook=_recording_allreduce_hook)
         return True
     except Exception as exc:
@@ -451,7 +513,7 @@ def horovod_comm_hook(optimizer: Any) -> bool:
     try:
         if getattr(optimizer, "_scalescope_hvd_hook", False):
             return True
-        state = {"t0": None, "n": 0, "step": None, "epoch": None, "bytes": 0, "noted": False}
+        state = {"t0": None, "n": 0, "step": None, "epoch": None, "bytes": 0, "noted": False, "m0": None}
 
         def wrap_submit(attr: str) -> None:
             orig = getattr(optimizer, attr, None)
@@ -462,6 +524,7 @@ def horovod_comm_hook(optimizer: Any) -> bool:
                 if state["t0"] is None and _ph.recording():
                     state["t0"] = _ph.now()
                     state["step"], state["epoch"] = _ph.current_step(), _ph.current_epoch()
+                    state["m0"] = _ph.device_mark()  # the first gradient is ready on the device
                 state["n"] += 1
                 if not state["noted"]:
                     state["bytes"] += _grad_nbytes(args[0] if args else None)
@@ -477,6 +540,9 @@ def horovod_comm_hook(optimizer: Any) -> bool:
             out = sync(*args, **kwargs)
             t0, state["t0"] = state["t0"], None
             if t0 is not None:
+                _ph.device_span("comm", "allreduce", state["m0"], _ph.device_mark(), step=state["step"],
+                                epoch=state["epoch"], args={"hook": "horovod"})
+                state["m0"] = None
                 t1 = _ph.now()
                 n, state["n"] = state["n"], 0
                 if not state["noted"]:

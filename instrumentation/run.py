@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+from instrumentation import auto as _auto
+from instrumentation import device as _device
 from instrumentation import horovod_timeline as _hvt
 from instrumentation import manifest as _mf
 from instrumentation import nvtx_ranges as _nvtx
@@ -511,7 +513,29 @@ def _open_trace(run: Run, anchor, *, nvtx, flush_interval_s: float) -> str:
     ranges, nvtx_mode = _nvtx.setup(nvtx)
     S.nvtx = ranges
     S.rec = run.recorder
+    S.dev_factory = _device_factory(run.recorder)
     return nvtx_mode
+
+
+def _device_factory(recorder: TraceRecorder):
+    """What makes the device timer when the first step opens: None when device events are off
+    (``SCALESCOPE_DEVICE_EVERY=0``) or torch has no CUDA; the timer itself is made only if
+    CUDA is initialised by then (a CPU run on a GPU machine stays host-timed)."""
+    every = _device.every_from_env()
+    if every == 0:
+        return None
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available():
+            return None
+    except Exception:
+        return None
+
+    def make():
+        api = _device.cuda_api(_auto.model_device())
+        return None if api is None else _device.DeviceTimer(api, recorder.add, every=every)
+
+    return make
 
 
 def _choose_samplers(by_host: dict[str, list[dict]], *, interval: float) -> dict[str, dict]:
@@ -667,6 +691,7 @@ def _finish(run: Run, status: str) -> None:
     if status == "ok":
         _ph.close_implicit_epoch()  # steps after the last epoch_end (all of them without epochs)
         _ph.step_end()
+    extra = _device_summary(S)
     if S.step_open and S.nvtx is not None:
         try:
             S.nvtx.pop()
@@ -682,7 +707,7 @@ def _finish(run: Run, status: str) -> None:
     if run.sampler is not None:
         run.sampler.stop()
     if run.recorder is not None:
-        run.recorder.close(status=status)
+        run.recorder.close(status=status, extra=extra)
     if run.manifest is not None:
         run.manifest["status"] = status
         run.manifest["end_time"] = _mf.iso_now()
@@ -695,6 +720,22 @@ def _finish(run: Run, status: str) -> None:
             profilers["torch_profiler"] = run.torch_profiler.info()
             run.manifest["profilers"] = profilers
         _write_manifest(run)
+
+
+def _device_summary(S) -> dict:
+    """The device timer's summary after its one synchronize, and DDP's own timing (a
+    cross-check), for the trace's end record; empty without device timing."""
+    dev, S.dev, S.dev_factory = S.dev, None, None
+    out: dict = {}
+    if dev is not None:
+        try:
+            out["device"] = dev.finish()
+        except Exception as exc:
+            warn_once("device-finish", f"could not resolve the last CUDA events: {exc!r}")
+    ddp = _auto.ddp_logging_data()
+    if ddp:
+        out["ddp_logging"] = ddp
+    return out
 
 
 def _atexit() -> None:

@@ -66,6 +66,13 @@ from analysis.metrics.sizes import (
 )
 from analysis.metrics.stragglers import negotiation_stragglers, phase_stragglers, straggler_summary
 from analysis.metrics.sync import sync_cost, sync_scaling, sync_times
+from analysis.metrics.timesource import (
+    SOURCES,
+    between_steps,
+    event_arrivals,
+    run_sources,
+    timed_view,
+)
 from analysis.metrics.utilization import (
     device_usage,
     gpu_memory_phases,
@@ -77,9 +84,11 @@ from analysis.metrics.utilization import (
 )
 
 __all__ = [
+    "SOURCES",
     "backend_comparison",
     "batch_size_epoch_time",
     "batch_speedup",
+    "between_steps",
     "blocking_calls",
     "breakdown_by_ranks",
     "collectives",
@@ -90,6 +99,7 @@ __all__ = [
     "device_usage",
     "epoch_times",
     "equal_batch_comparison",
+    "event_arrivals",
     "explain_loss",
     "exposed_comm",
     "final_losses",
@@ -118,6 +128,7 @@ __all__ = [
     "predict_scaling",
     "predict_sync",
     "rank_step_parts",
+    "run_sources",
     "run_speedups",
     "run_summary",
     "scaled_learning_rate",
@@ -136,6 +147,7 @@ __all__ = [
     "sync_times",
     "time_breakdown",
     "time_to_target",
+    "timed_view",
     "training_start",
     "usage_by_ranks",
     "validation_curves",

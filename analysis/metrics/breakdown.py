@@ -16,6 +16,7 @@ from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
 from analysis.metrics._mapping import maps_over
 from analysis.metrics.fusion import dedupe_fused
+from analysis.metrics.timesource import Source, one_source, run_sources, timed_view
 
 #: Step components in priority order: an instant covered by several phases counts for the
 #: first one listed. An explicit ``sync`` phase is a wait for gradient synchronisation, so
@@ -307,6 +308,7 @@ def time_breakdown(
     comm_cats: Sequence[str] = IN_FLIGHT_CATS,
     warmup: int | str | None = WARMUP,
     timeline_rank: int | None = 0,
+    source: Source = "auto",
 ) -> pd.DataFrame:
     """Shares of a training step: data, forward, backward, exposed sync, optimizer, other.
 
@@ -329,11 +331,16 @@ def time_breakdown(
     timeline_rank
         The rank whose ``sync_total`` comes from the Horovod timeline when the run has one
         (the coordinator, rank 0, writes it on its own clock); ``None``: never.
+    source
+        ``"auto"`` (default): device time for the runs that recorded CUDA events, host time
+        for the others; ``"host"``: host time always; ``"events"``: device time (an error
+        for a run without it). See :mod:`analysis.metrics.timesource`.
 
     Returns
     -------
     pandas.DataFrame
-        Keys (``run_id``, ``rank``, and ``epoch``/``step`` at step level), ``n_steps``,
+        Keys (``run_id``, ``rank``, and ``epoch``/``step`` at step level), ``source``
+        (``host`` or ``events``: where the run's time came from), ``n_steps``,
         ``step_time_s`` (sum of the step windows, s), ``step_mean_s``, ``data_s``,
         ``forward_s``, ``backward_s``, ``sync_exposed_s``, ``optimizer_s``, ``other_s``
         (s), the same as shares ``*_frac`` (0-1) that sum to 1, and ``sync_total_s`` (not
@@ -358,6 +365,8 @@ def time_breakdown(
     """
     if level not in ("step", "rank", "run"):
         raise ScalescopeError(f"level must be 'step', 'rank' or 'run', not {level!r}")
+    sources = run_sources(events, source)
+    events = timed_view(events, sources)
     ph = _phases(events)
     comm_all = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
     comm_all = comm_all.assign(run_id=plain(comm_all["run_id"]))
@@ -373,9 +382,11 @@ def time_breakdown(
         rows.append(_rank_step_ns(run_id, rank, w, one, comm, tl))
     keys = list(_LEVEL_KEYS[level])
     if not rows:
-        return pd.DataFrame(columns=[*keys, "n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(),
-                                     "other_s", *SHARE_COLUMNS, "sync_total_s"])
-    return _in_seconds(_summed_at(pd.concat(rows, ignore_index=True), keys), keys)
+        return pd.DataFrame(columns=[*keys, "source", "n_steps", "step_time_s", "step_mean_s",
+                                     *COMPONENT_COLUMNS.values(), "other_s", *SHARE_COLUMNS, "sync_total_s"])
+    out = _in_seconds(_summed_at(pd.concat(rows, ignore_index=True), keys), keys)
+    out.insert(len(keys), "source", out["run_id"].map(sources).fillna("host"))
+    return out
 
 
 def _summed_at(per_step: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -744,7 +755,8 @@ def breakdown_by_ranks(
     Returns
     -------
     pandas.DataFrame
-        One row per (configuration, ``n_ranks``): ``n_nodes``, ``n_runs``, ``n_steps``,
+        One row per (configuration, ``n_ranks``): ``n_nodes``, ``n_runs``, ``source``
+        (``mixed`` where its runs differ), ``n_steps``,
         ``step_mean_s``, the component times per step (``data_s``... ``other_s``, mean per
         rank-step) and their shares ``*_frac`` summing to 1.
 
@@ -762,6 +774,8 @@ def breakdown_by_ranks(
     out = g[["n_steps", "step_time_s", *comp]].sum().reset_index()
     out.insert(len(keys), "n_nodes", g["n_nodes"].max().to_numpy())
     out.insert(len(keys) + 1, "n_runs", g["run_id"].nunique().to_numpy())
+    if "source" in b:
+        out.insert(len(keys) + 2, "source", g["source"].agg(one_source).to_numpy())
     total = out["step_time_s"].to_numpy(float)
     for col in comp:
         out[col[:-2] + "_frac"] = out[col] / total
