@@ -28,6 +28,14 @@ from analysis.metrics.breakdown import (
     warmup_count,
     warmup_summary,
 )
+from analysis.metrics.collectives import (
+    blocking_calls,
+    collectives,
+    exposed_comm,
+    kernel_step_parts,
+    launched_work,
+    sync_outside_steps,
+)
 from analysis.metrics.fusion import dedupe_fused
 from analysis.metrics.gap import explain_loss, rank_step_parts, scaling_loss
 from analysis.metrics.measures import measure_runs, scaling_mode, select_baseline, step_table
@@ -81,7 +89,9 @@ __all__ = [
     "batch_size_epoch_time",
     "batch_speedup",
     "between_steps",
+    "blocking_calls",
     "breakdown_by_ranks",
+    "collectives",
     "compare_groups",
     "compute_update_breakdown",
     "ddp_comm_overlap",
@@ -91,6 +101,7 @@ __all__ = [
     "equal_batch_comparison",
     "event_arrivals",
     "explain_loss",
+    "exposed_comm",
     "final_losses",
     "find_max_records",
     "fit_alpha_beta",
@@ -102,6 +113,8 @@ __all__ = [
     "horovod_allreduce",
     "idle_devices",
     "input_size_table",
+    "kernel_step_parts",
+    "launched_work",
     "lr_rule_curves",
     "maps_over",
     "measure_runs",
@@ -129,6 +142,7 @@ __all__ = [
     "straggler_summary",
     "strong_weak_table",
     "sync_cost",
+    "sync_outside_steps",
     "sync_scaling",
     "sync_times",
     "time_breakdown",
