@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import ScalescopeError
-from analysis.metrics._common import require_columns
+from analysis.metrics._common import plain, require_columns
 from analysis.metrics.breakdown import WARMUP, step_times, time_breakdown, warmup_steps
 from analysis.metrics.stats import flag_outliers
-from analysis.metrics.timesource import Source, run_sources, timed_view
+from analysis.metrics.timesource import Source, event_arrivals, run_sources, timed_view
 from analysis.schema import MACHINE_AXES
 
 #: Per-step parts (s) every run measure is a mean of.
@@ -41,8 +41,9 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
         :mod:`analysis.metrics.timesource`), ``step_s``, ``data_s``, ``compute_s``
         (forward + backward + optimizer), ``exposed_s`` (``sync_exposed``), ``other_s``,
         ``sync_total_s``, ``busy_s`` (data + forward + backward), ``wait_s`` (the slowest
-        rank's ``busy_s`` in that step minus this rank's), ``straggler_s``
-        (``min(wait_s, exposed_s)``), ``is_slowest``, ``warmup`` (the warm-up rule drops it),
+        rank's ``busy_s`` in that step minus this rank's; on device time of a run on one
+        host, the peer wait at the step's synchronisation, ``event_arrivals``), ``straggler_s``
+        (``min(wait_s, exposed_s)``), ``is_slowest`` (there: the last arriver), ``warmup`` (the warm-up rule drops it),
         ``samples`` (this rank's samples in the step; NaN when unknown) and ``full`` (a full
         batch; True when unknown).
 
@@ -71,8 +72,9 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
     mx = out.groupby(keys, dropna=False, observed=True)["busy_s"].transform("max")
     n = out.groupby(keys, dropna=False, observed=True)["rank"].transform("size")
     out["wait_s"] = np.where(n > 1, mx - out["busy_s"], 0.0)
-    out["straggler_s"] = np.minimum(out["wait_s"], out["exposed_s"])
     out["is_slowest"] = ((out["busy_s"] == mx) & (n > 1)).to_numpy(bool)
+    _arrival_waits(out, events)
+    out["straggler_s"] = np.minimum(out["wait_s"], out["exposed_s"])
     w = step_times(timed_view(events, run_sources(events, source)))
     w = w.assign(warmup=warmup_steps(w, warmup), run_id=w["run_id"].astype(object))
     k4 = ["run_id", "rank", "epoch", "step"]
@@ -83,6 +85,30 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
     out = out.sort_values(["run_id", "rank", "epoch", "step"], kind="stable").reset_index(drop=True)
     out["samples"], out["full"] = _step_samples(out, runs, epochs)
     return out
+
+
+def _arrival_waits(out: pd.DataFrame, events: pd.DataFrame) -> None:
+    """On device time, a step's wait and slowest rank come from the arrivals at its
+    synchronisation (:func:`analysis.metrics.timesource.event_arrivals`: the last arriver,
+    each rank's peer wait), in place, for the runs whose ranks share one host (one clock);
+    elsewhere the busy-time difference stands (offset-free across hosts)."""
+    timed = out["source"] == "events"
+    if not timed.any() or "host" not in events:
+        return
+    arr = event_arrivals(events)
+    if arr.empty:
+        return
+    hosts = events[plain(events["kind"]) == "device_phase"].groupby(plain(events["run_id"]))["host"].nunique()
+    arr = arr[arr["run_id"].map(hosts).fillna(0).to_numpy() <= 1]
+    key = arr["run_id"].astype(str) + "/" + arr["rank"].astype(str) + "/" + arr["seq"].astype(str)
+    mine = out["run_id"].astype(str) + "/" + out["rank"].astype(str) + "/" + out["step"].astype(str)
+    hit = mine.map(pd.Series(arr.index, index=key.to_numpy())) if key.is_unique else pd.Series(np.nan, out.index)
+    use = (timed & hit.notna()).to_numpy()
+    if use.any():
+        rows = arr.loc[hit[use].astype(int).to_numpy()]
+        out.loc[use, "wait_s"] = rows["wait_s"].to_numpy()
+        out.loc[use, "is_slowest"] = (rows["last_rank"].to_numpy() == rows["rank"].to_numpy()) & \
+            (rows["n_ranks"].to_numpy() > 1)
 
 
 def _step_samples(steps: pd.DataFrame, runs: pd.DataFrame | None,

@@ -190,3 +190,24 @@ def test_why_not_ideal_on_device_time_names_its_source():
     host = M.scaling_loss(ev, pd.DataFrame(runs), warmup=0, source="host")
     assert host[host["n_ranks"] == 2].iloc[0]["source"] == "host"
     assert host[host["n_ranks"] == 2].iloc[0]["gap_s"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_last_arriver_is_the_straggler_even_with_equal_work():
+    """Both ranks compute 8 ms, but rank 1's device starts each step 2 ms late (its host
+    launched late): busy times are equal, so only the arrivals at the allreduce show that
+    rank 0 waits 2 ms for rank 1 (one host: one clock)."""
+    parts = []
+    for k in range(6):
+        t = 20.0 * k
+        for rank, late in ((0, 0.0), (1, 2.0)):
+            parts.append(_rows("phase", [("step", t, t + 1.4, k), ("forward", t, t + 0.1, k),
+                                         ("backward", t + 0.1, t + 0.3, k), ("optimizer", t + 1.3, t + 1.4, k)],
+                               rank=rank))
+            parts.append(_rows("device_phase", [("step", t, t + 16.0, k), ("forward", t + late, t + late + 3.0, k),
+                                                ("backward", t + late + 3.0, t + 15.0, k),
+                                                ("sync", t + late + 8.0, t + 15.0, k),
+                                                ("optimizer", t + 15.0, t + 16.0, k)], rank=rank, cat="device"))
+    steps = M.rank_step_parts(pd.concat(parts, ignore_index=True), warmup=0)
+    assert set(steps.loc[steps["is_slowest"], "rank"]) == {1}
+    assert steps.loc[steps["rank"] == 0, "straggler_s"].tolist() == pytest.approx([2e-3] * 6)
+    assert steps.loc[steps["rank"] == 1, "straggler_s"].tolist() == [0.0] * 6
