@@ -323,6 +323,13 @@ def _study_breakdown(ctx: Context) -> Section:
     if len(gpu):
         sec.figures.append(("gpu_breakdown", P.plot_gpu_breakdown(gpu)))
         sec.tables.append(("gpu_breakdown", gpu, "GPU timeline per rank (HTA's temporal breakdown)."))
+        kp = M.kernel_step_parts(ev)
+        if len(kp) and kp.groupby("run_id")["rank"].nunique().max() > 1:
+            kp = kp.groupby(["run_id", "rank", "source"])[["step_s", "compute_s", "sync_s", "straggler_s",
+                                                           "other_s"]].mean().reset_index()
+            sec.tables.append(("kernel_step_parts", kp, "The profiled steps on the device from the kernel traces of "
+                               "every rank (docs/metrics.md, \"Device timeline\"): exposed transfer (sync_s) apart "
+                               "from exposed peer wait (straggler_s); mean per step."))
     else:
         sec.notes.append("No GPU kernel traces (Kineto / nsys) in this experiment: the GPU temporal breakdown "
                          "is not shown.")
