@@ -31,6 +31,7 @@ from analysis.metrics.breakdown import (
 from analysis.metrics.collectives import (
     blocking_calls,
     collectives,
+    explain_blocking,
     exposed_comm,
     kernel_step_parts,
     launched_work,
@@ -100,6 +101,7 @@ __all__ = [
     "epoch_times",
     "equal_batch_comparison",
     "event_arrivals",
+    "explain_blocking",
     "explain_loss",
     "exposed_comm",
     "final_losses",

@@ -753,3 +753,33 @@ def sync_outside_steps(events: pd.DataFrame) -> pd.DataFrame:
                      gap_end_ns=g["end_ns"], gap_s=(g["end_ns"] - g["start_ns"]) / NS_PER_S)
     out = out.sort_values(["run_id", "rank", "start_ns"], kind="stable")
     return out[list(OUTSIDE_COLUMNS)].reset_index(drop=True)
+
+
+def explain_blocking(blocking: pd.DataFrame, colls: pd.DataFrame, *, min_s: float = 5e-4, top: int = 3) -> list[str]:
+    """Where the host blocked, in words: per rank, its longest blocking calls (at least
+    ``min_s``; the ``top`` longest), the phase and operator they sat in, and the collective
+    the device finished meanwhile that waited longest for a peer.
+
+    ``blocking``: :func:`blocking_calls`; ``colls``: :func:`collectives` of the same events.
+    E.g. "Rank 1: DistributedDataParallel.forward waited 6.56 ms in cudaStreamSynchronize
+    under aten::copy_, for a collective that waited 7.62 ms for rank 7 (ncclKernel_SendRecv...)".
+    A call waits for everything queued before it, so a collective whose kernel ended while
+    the call blocked is one it waited for.
+    """
+    b = blocking[~blocking["nested"].astype(bool) & (blocking["dur_s"] >= min_s)]
+    out = []
+    for (run_id, rank), g in b.groupby(["run_id", "rank"], sort=True):
+        mine = colls[(colls["run_id"] == run_id) & (colls["rank"] == rank)] if len(colls) else colls
+        for r in g.nlargest(top, "dur_s").sort_values("start_ns").itertuples(index=False):
+            where = r.phase if isinstance(r.phase, str) else "outside any range"
+            words = f"Rank {rank}: {where} waited {1e3 * r.dur_s:.3g} ms in {r.name}"
+            if isinstance(r.op, str):
+                words += f" under {r.op}"
+            end = r.start_ns + round(r.dur_s * NS_PER_S)
+            during = mine[(mine["end_ns"] > r.start_ns) & (mine["end_ns"] <= end)] if len(mine) else mine
+            if len(during) and during["wait_s"].max() > 0:
+                c = during.loc[during["wait_s"].idxmax()]
+                words += (f", for a collective that waited {1e3 * c['wait_s']:.3g} ms for rank {int(c['last_rank'])} "
+                          f"({str(c['name'])[:40]})")
+            out.append(words + (f" ({run_id})" if b["run_id"].nunique() > 1 else "") + ".")
+    return out

@@ -305,3 +305,15 @@ def test_kernels_that_do_not_belong_together_are_flagged(corpus_dir):
     with pytest.warns(UserWarning, match=r"6 matched collective\(s\) end up to 134\.153 ms apart"):
         c = M.collectives(ev)
     assert len(c) == 20 and set(c["rank"]) == {0, 1}
+
+
+def test_dlrm_where_the_host_blocked_in_words(dlrm):
+    """The issue's sentence: rank 1's forward waited 6.6 ms in a blocking copy for the first
+    all_to_all, which waited 7.6 ms for rank 7 (the last arriver)."""
+    lines = M.explain_blocking(M.blocking_calls(dlrm), M.collectives(dlrm))
+    rank1 = [s for s in lines if s.startswith("Rank 1:")]
+    assert len(rank1) == 1, lines
+    assert "DistributedDataParallel.forward waited 6.56 ms" in rank1[0] and "cudaStreamSynchronize" in rank1[0]
+    assert "waited 7.62 ms for rank 7" in rank1[0]
+    # the last arriver blocked nowhere long enough to be named
+    assert not [s for s in lines if s.startswith("Rank 7:")]
