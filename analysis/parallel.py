@@ -267,24 +267,34 @@ def _on_dask(client: Any, func: Callable[[Any], Any], items: list, start: list[i
                for k, i in enumerate(start)]
     index = {f.key: i for i, f in zip(start, futures, strict=True)}
     results: list = [None] * len(items)
+    errors: dict[int, BaseException] = {}
     for fut in dask_completed(futures):
-        if fut.status == "error":
-            fut.result()  # raises the task's exception
-        results[index[fut.key]] = fut.result()
+        try:
+            results[index[fut.key]] = fut.result()
+        except Exception as exc:  # raised below, the first in item order (not in finishing order)
+            errors[index[fut.key]] = exc
         if progress is not None:
             progress.advance(progress.task_ids[0])
+    if errors:
+        raise errors[min(errors)]
     return results
 
 
 def _on_pool(n: int, func: Callable[[Any], Any], items: list, start: list[int], progress: Any) -> list:
     """The tasks' results (:func:`_task`) from a pool of ``n`` processes, in item order."""
     results: list = [None] * len(items)
+    errors: dict[int, BaseException] = {}
     with _pool(n) as pool:
         futures = {pool.submit(_task, func, items[i]): i for i in start}
         for fut in as_completed(futures):
-            results[futures[fut]] = fut.result()
+            try:
+                results[futures[fut]] = fut.result()
+            except Exception as exc:  # raised below, the first in item order (not in finishing order)
+                errors[futures[fut]] = exc
             if progress is not None:
                 progress.advance(progress.task_ids[0])
+    if errors:
+        raise errors[min(errors)]
     return results
 
 

@@ -72,6 +72,7 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
     mx = out.groupby(keys, dropna=False, observed=True)["busy_s"].transform("max")
     n = out.groupby(keys, dropna=False, observed=True)["rank"].transform("size")
     out["wait_s"] = np.where(n > 1, mx - out["busy_s"], 0.0)
+    out["straggler_s"] = 0.0
     out["is_slowest"] = ((out["busy_s"] == mx) & (n > 1)).to_numpy(bool)
     _arrival_waits(out, events)
     out["straggler_s"] = np.minimum(out["wait_s"], out["exposed_s"])
