@@ -43,6 +43,7 @@ from analysis.metrics.overhead import framework_overhead
 from analysis.metrics.scaling import (
     compare_groups,
     epoch_times,
+    explain_work,
     fit_speedup,
     node_boundaries,
     run_speedups,
@@ -81,6 +82,7 @@ __all__ = [
     "epoch_times",
     "equal_batch_comparison",
     "explain_loss",
+    "explain_work",
     "final_losses",
     "find_max_records",
     "fit_alpha_beta",
