@@ -220,7 +220,7 @@ def _loss_table(events: pd.DataFrame, runs: pd.DataFrame, measured: pd.DataFrame
         measured = measure_runs(events, runs, epochs=epochs, samples=samples, warmup=warmup, by=by)
     if measured.empty:
         raise ScalescopeError("no run has training-phase records (kind 'phase') to split the step time")
-    cols = list(dict.fromkeys(["run_id", "framework", "n_ranks", *by, *match]))
+    cols = list(dict.fromkeys(["run_id", "framework", "n_ranks", *by, *match, "threads_per_rank"]))
     table = measured.copy()
     for c in cols:
         if c not in table and c in runs:

@@ -392,8 +392,9 @@ def _trust(g_all: pd.DataFrame, g: pd.DataFrame, base: pd.DataFrame, n: float) -
     NaN) of one row."""
     from analysis.metrics.measures import unreliable, work_source
 
-    sides = [("the baseline", base)] if len(base) and set(base.index) != set(g.index) else []
-    why = unreliable([*sides, (f"the runs at {int(n)} rank(s)", g_all)])
+    if len(base) and set(base.index) == set(g.index):  # the baseline's own row: 1 by definition
+        return {"work_source": work_source([g]), "unreliable": None}
+    why = unreliable([*([("the baseline", base)] if len(base) else []), (f"the runs at {int(n)} rank(s)", g_all)])
     out: dict = {"work_source": work_source([g, base]), "unreliable": why}
     if why:
         out.update({c: np.nan for c in ("speedup", "speedup_ci_low", "speedup_ci_high", "efficiency_frac",

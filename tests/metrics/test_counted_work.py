@@ -158,6 +158,10 @@ def test_threads_that_differ_between_the_compared_runs_are_named():
     assert "reaches 0.80 of ideal" in sentence
     assert "different threads (2 thread(s) per rank in the baseline, 1 thread(s) per rank in the runs at 2 ranks)" \
         in sentence
+    # the report passes its per-run table, which carries no threads: they come from the runs table
+    measured = measure_runs(ev, runs, epochs=epochs, warmup=0).drop(columns=["threads_per_rank"])
+    (again,) = explain_loss(scaling_loss(ev, runs, epochs=epochs, measured=measured))
+    assert again == sentence
 
 
 def test_scaling_mode_from_counted_epochs_without_a_dataset_size():
