@@ -422,7 +422,7 @@ _IMPOSSIBLE: tuple[tuple[str, str, float, str], ...] = (
     ("efficiency", ">", 1.0, "Efficiency above 100 %: faster than ideal scaling of its baseline. Likely causes, "
                              "the common ones first: a baseline slowed by other processes (see its runs' neighbour "
                              "CPU), work per step miscounted (the configured batch size where the script processes "
-                             "more or fewer samples per step: see the work column), or a per-rank working set that "
+                             "more or fewer samples per step: see the work source), or a per-rank working set that "
                              "fits in cache (a real superlinear speedup)"),
     ("overhead", "<", 0.0, "Negative overhead: the framework's run was faster than the run without one"),
     ("speedup", "<", 0.0, "Negative speedup: a sign error in the input times"),
