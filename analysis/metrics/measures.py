@@ -126,8 +126,11 @@ def _step_samples(steps: pd.DataFrame, runs: pd.DataFrame | None,
     given = m["_given"].fillna(False).astype(bool).to_numpy() & explained
     source = np.where(counted | given, "counted", source).astype(object)
     ok = np.isfinite(s) & np.isfinite(b) & (b > 0)
-    nfull = np.where(ok, np.floor(s / np.where(ok, b, 1)), np.inf)
-    rem = np.where(ok, s - nfull * np.where(ok, b, 0), 0)
+    # unknown samples or batch: no full-step count (inf), computed without inf · 0 (a RuntimeWarning
+    # that reached notebook 08's output)
+    whole = np.floor(np.where(ok, s, 0) / np.where(ok, b, 1))
+    nfull = np.where(ok, whole, np.inf)
+    rem = np.where(ok, np.where(ok, s, 0) - whole * np.where(ok, b, 0), 0)
     exact = ok & (count == nfull + (rem > 0))
     partial = np.where(exact, pos >= nfull, ok & (rem > 0) & (pos == count - 1))
     samples = np.where(partial, np.where(exact, np.where(pos == nfull, rem, 0), rem), b)

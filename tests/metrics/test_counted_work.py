@@ -183,3 +183,20 @@ def test_other_load_on_cores_the_run_did_not_need_is_no_disturbance():
     m = measure_runs(ev, runs.assign(host_cpus=2, threads_per_rank=np.where(runs["n_ranks"] == 1, 2, 1)),
                      samples=samples, warmup=0).set_index("run_id")
     assert m.loc[["b0", "b1"], "disturbed"].notna().all() and m.loc["b2", "disturbed"] is None
+
+
+def test_steps_of_an_epoch_without_samples_raise_no_runtime_warning():
+    """A rank-epoch without samples (or a run without a batch size) gave inf · 0 in numpy, a
+    RuntimeWarning printed into notebook 08's output."""
+    import warnings
+
+    ev = concat([_steps("r", 0, 10, 3), _steps("q", 0, 10, 3)])
+    runs = pd.DataFrame({"run_id": ["r", "q"], "n_ranks": [1, 1], "batch_size": [100, None]})
+    epochs = pd.DataFrame({"run_id": ["r", "q"], "rank": 0, "epoch": 0, "samples": [250, 300],
+                           "samples_source": "counted"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = measure_runs(ev, runs, epochs=epochs.iloc[:1], warmup=0).set_index("run_id")
+        n = measure_runs(ev, runs, epochs=epochs, warmup=0).set_index("run_id")
+    assert m.loc["r", "samples_per_step"] == 100 and np.isnan(m.loc["q", "samples_per_step"])
+    assert n.loc["q", "samples_per_step"] == 100  # no batch size configured: the counted one
