@@ -254,6 +254,11 @@ def status_rows(out: Path) -> tuple[list[dict], str | None]:
     return rows, problem
 
 
+def _cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, a cut one ending in "…" (the whole cause follows the table)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _cause_from_tail(tail: object) -> str | None:
     """The exception line in a recorded log tail (entries written before ``cause`` existed),
     else its last line that is not a launcher's banner."""
@@ -288,7 +293,7 @@ def status_main(out: Path) -> int:
     # every cell may come from a file (a log tail's last line, a manifest's run id): escaped
     table = [tuple(printable(x) for x in (
                  r["run_id"], r["status"], r["job_id"] or "-", r["slurm_state"] or "-",
-                 "-" if r["wall_s"] is None else fmt_seconds(float(r["wall_s"])), (r["note"] or "")[:60]))
+                 "-" if r["wall_s"] is None else fmt_seconds(float(r["wall_s"])), _cut(r["note"] or "", 60)))
              for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=False)]
     for line in (header, *table):
