@@ -222,6 +222,13 @@ def _work_source(kept: pd.DataFrame) -> pd.Series:
     return kept.groupby("run_id", observed=True)["samples_source"].agg(one)
 
 
+def whole(values: pd.Series) -> pd.Series:
+    """``values`` as integers (``Int64``) when every known one is whole (a global batch), else as they are."""
+    v = pd.to_numeric(values, errors="coerce").astype(float)
+    known = v.dropna()
+    return v.round().astype("Int64") if len(known) and (known == known.round()).all() else values
+
+
 def config_columns(runs: pd.DataFrame, extra: Sequence[str] = ()) -> list[str]:
     """The :data:`CONFIG_COLUMNS`, every ``vary_*`` and ``label_*`` column (a swept script
     option makes configurations too) and ``extra`` that the runs table has: the repeat
@@ -426,7 +433,7 @@ def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFra
     meta = runs.assign(run_id=runs["run_id"].astype(object))
     out = meta.merge(m, on="run_id", how="inner", suffixes=("_configured", ""))
     if "global_batch_size_configured" in out:  # the counted one, the configured where nothing was counted
-        out["global_batch_size"] = out["global_batch_size"].fillna(out.pop("global_batch_size_configured"))
+        out["global_batch_size"] = whole(out["global_batch_size"].fillna(out.pop("global_batch_size_configured")))
     out["neighbour_cpu_pct"] = out["run_id"].map(neighbour_cpu(samples)).astype(float)
     c = cpu_contention(meta, samples)[["run_id", "contention", "evidence", "rank_cpu_pct", "host_cpus",
                                        "ranks_per_host", "threads_per_rank", "framework_threads"]]

@@ -152,7 +152,9 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
     has = out["time_per_sample_s"].notna()
     out.loc[has, "throughput_samples_per_s"] = out.loc[has, "throughput_samples_per_s_steps"]
     if "global_batch_size_steps" in out:  # the counted global batch where the steps counted it
-        out["global_batch_size"] = out.pop("global_batch_size_steps").fillna(out["global_batch_size"])
+        from analysis.metrics.measures import whole
+
+        out["global_batch_size"] = whole(out.pop("global_batch_size_steps").fillna(out["global_batch_size"]))
     return out.drop(columns=["throughput_samples_per_s_steps"])
 
 
