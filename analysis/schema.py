@@ -60,6 +60,7 @@ KINDS: tuple[str, ...] = (
     "cpu_op",  # framework CPU operators
     "runtime",  # CUDA runtime / driver API calls, OS runtime calls
     "phase",  # training phases: data, forward, backward, sync, optimizer, step, epoch, eval
+    "device_phase",  # the same phases timed on the GPU's stream by CUDA events (instrumentation.device)
     "range",  # other user / NVTX ranges
     "marker",  # instants: CYCLE_START, NVTX marks, Horovod per-rank readiness ticks
     "other",

@@ -15,6 +15,7 @@ import pandas as pd
 from analysis import metrics as M
 from analysis import plots as P
 from analysis.errors import ScalescopeError
+from analysis.metrics.timesource import explain_source
 from analysis.runset import RunSet
 from analysis.schema import MACHINE_AXES
 
@@ -220,12 +221,8 @@ def _summary(ctx: Context) -> Section:
             "efficiency_frac_ci_high", "efficiency_frac_verdict", "sync_exposed_frac", "data_frac", "repeats_for_5pct",
             "work_source", "unreliable"]
     t = table[[c for c in cols if c in table.columns]]
-    if "n_outliers" in t and not t["n_outliers"].any():
-        t = t.drop(columns=["n_outliers"])
-    if "unreliable" in t and t["unreliable"].isna().all():
-        t = t.drop(columns=["unreliable"])
-    sec.notes.extend(_reporting_notes(ctx, base))
-    sec.notes.extend(M.explain_work(table))
+    t = t.drop(columns=[c for c in ("n_outliers", "unreliable") if c in t and not t[c].fillna(0).astype(bool).any()])
+    sec.notes.extend([*_reporting_notes(ctx, base), *M.explain_work(table)])
     sec.notes.extend(_thread_notes(ctx))
     for r in table.dropna(subset=["outliers"]).itertuples() if "outliers" in table else []:
         sec.notes.append(f"Outlier repeat(s) left out of {r.config_backend} at {int(r.n_ranks)} rank(s): {r.outliers}.")
@@ -277,6 +274,7 @@ def _study_why(ctx: Context) -> Section:
                      f"Unit: {loss.attrs.get('unit')}.")
     sec.notes.extend(loss.attrs.get("notes", []))
     sec.notes.extend(_thread_notes(ctx))
+    sec.notes.extend(explain_source(loss, M.between_steps(ctx.need_events())))
     sec.notes.extend(M.explain_loss(loss))
     multi = loss[loss["n_ranks"] > 1]
     if multi.empty:
@@ -325,6 +323,13 @@ def _study_breakdown(ctx: Context) -> Section:
     if len(gpu):
         sec.figures.append(("gpu_breakdown", P.plot_gpu_breakdown(gpu)))
         sec.tables.append(("gpu_breakdown", gpu, "GPU timeline per rank (HTA's temporal breakdown)."))
+        kp = M.kernel_step_parts(ev)
+        if len(kp) and kp.groupby("run_id")["rank"].nunique().max() > 1:
+            kp = kp.groupby(["run_id", "rank", "source"])[["step_s", "compute_s", "sync_s", "straggler_s",
+                                                           "other_s"]].mean().reset_index()
+            sec.tables.append(("kernel_step_parts", kp, "The profiled steps on the device from the kernel traces of "
+                               "every rank (docs/metrics.md, \"Device timeline\"): exposed transfer (sync_s) apart "
+                               "from exposed peer wait (straggler_s); mean per step."))
     else:
         sec.notes.append("No GPU kernel traces (Kineto / nsys) in this experiment: the GPU temporal breakdown "
                          "is not shown.")

@@ -48,7 +48,7 @@ __all__ = [
 
 #: Human names of known columns (full names first, then the name without unit and statistic).
 NAMES: dict[str, str] = {
-    "config_backend": "Configuration", "framework": "Framework", "backend": "Backend", "run_id": "Run",
+    "config_backend": "Configuration", "source": "Time source", "framework": "Framework", "backend": "Backend", "run_id": "Run",
     "n_ranks": "Ranks", "n_nodes": "Nodes", "n_runs": "Runs", "n_steps": "Steps", "rank": "Rank",
     "batch_size": "Batch size", "global_batch_size": "Global batch", "repeat": "Repeat", "status": "Status",
     "wall": "Wall time", "exit_code": "Exit code", "epoch_time": "Epoch time", "step_time": "Step time",
@@ -115,7 +115,7 @@ MAIN_COLUMNS: dict[str, tuple[str, ...]] = {
 _SPREAD = ("min", "max", "std", "stderr", "q25", "q75")
 _IDENTITY = ("run_id", "config_backend", "framework", "backend", "cluster", "partition", "gpu_model", "mode",
              "inject", "unit", "lr_scaling", "batch_size", "global_batch_size", "n_ranks", "n_nodes", "rank",
-             "repeat", "status", "last_rank")
+             "repeat", "status", "last_rank", "source")
 _BOOKKEEPING = ("n_steps", "n_runs", "confidence", "baseline_n_ranks", "n_points", "n_rank_counts",
                 "n_activity_rows", "n_fusion_duplicates", "alpha_fixed", "new_node", "experiment")
 _VERDICTS = ("distinguishable", "within noise", "no interval (n<3)")

@@ -245,11 +245,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sleep MS milliseconds inside PHASE (data, forward, backward, optimizer) every "
                         "training step on the listed ranks (comma-separated; default all): a known "
                         "cause to check scalescope's analysis against (repeatable; recorded in run.json; "
-                        "'none' injects nothing)")
+                        "'none' injects nothing). On a GPU also gpu-forward / gpu-backward (the GPU "
+                        "sleeps, torch.cuda._sleep: the host does not wait) and comm (DDP over NCCL: "
+                        "the gradient allreduce starts MS later on a side stream)")
+    p.add_argument("--loss-item", choices=("none", "before", "after"), default="none",
+                   help="call loss.item() every step before optimizer.step() (inside the step) or after "
+                        "step_end() (between steps): the common logging pattern that blocks the host "
+                        "until the GPU is done (default none)")
     return p
 
 
-INJECT_PHASES = ("data", "forward", "backward", "optimizer")
+INJECT_PHASES = ("data", "forward", "backward", "optimizer", "gpu-forward", "gpu-backward", "comm")
+#: Injections that need a GPU (the device sleeps, not the host).
+GPU_INJECT = ("gpu-forward", "gpu-backward", "comm")
 
 
 def parse_inject(specs: list[str]) -> list[tuple[str, float, tuple[int, ...] | None]]:
@@ -334,7 +342,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.inject_specs = parse_inject(args.inject)
     except ValueError as exc:
         p.error(str(exc))
+    gpu_only = sorted({name for name, _, _ in args.inject_specs if name in GPU_INJECT})
+    if gpu_only and args.device == "cpu":
+        p.error(f"--inject {', '.join(gpu_only)} sleeps on the GPU: it needs --device cuda")
+    if "comm" in gpu_only and args.backend != "ddp":
+        p.error("--inject comm delays DDP's gradient allreduce: it needs --backend ddp")
     return args
+
+
+class GpuSleep:
+    """``torch.cuda._sleep`` for a number of milliseconds: the GPU spins, the host goes on.
+    Cycles per millisecond are measured once before training (with CUDA events)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # warm up
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        end.synchronize()
+        self.cycles_per_ms = 10_000_000 / max(start.elapsed_time(end), 1e-3)
+
+    def __call__(self, seconds: float) -> None:
+        if seconds > 0:
+            self.torch.cuda._sleep(int(seconds * 1000 * self.cycles_per_ms))
+
+
+def delayed_allreduce_hook(sleep: GpuSleep, seconds: float):
+    """A DDP comm hook whose allreduce starts ``seconds`` later on the device: a side stream
+    waits for the gradients, sleeps, and issues the allreduce (NCCL orders itself after the
+    current stream, here the side stream); the compute stream meets it at DDP's wait."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    side = torch.cuda.Stream()
+
+    def hook(state, bucket):  # no annotations: DDP checks them
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            sleep(seconds)
+            return allreduce_hook(state, bucket)
+
+    return hook
 
 
 def lr_factor(scaling: str, *, batch_size: int, world_size: int) -> float:
@@ -500,7 +550,9 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
     """Train and evaluate; returns the exit status. ``main`` closes ``dist`` afterwards."""
     import torch
 
-    device = torch.device("cuda", dist.local_rank) if device_kind == "cuda" else torch.device("cpu")
+    # several ranks may share a GPU (Gloo with CUDA tensors on a one-GPU machine)
+    device = torch.device("cuda", dist.local_rank % max(torch.cuda.device_count(), 1)) if device_kind == "cuda" \
+        else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:
@@ -551,9 +603,14 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
 
     inject = inject_plan(args.inject_specs, dist.rank)
     sleep_fwd, sleep_bwd, sleep_opt = (inject.get(k, 0.0) for k in ("forward", "backward", "optimizer"))
+    gpu_fwd, gpu_bwd, comm_delay = (inject.get(k, 0.0) for k in GPU_INJECT)
+    gpu_sleep = GpuSleep(torch) if device.type == "cuda" and (gpu_fwd or gpu_bwd or comm_delay) else None
+    comm_hook = delayed_allreduce_hook(gpu_sleep, comm_delay) if comm_delay else None
     if args.no_instrument:
         ssi = None
         phase = _no_phase
+        if comm_hook is not None:
+            train_model.register_comm_hook(state=None, hook=comm_hook)
         if inject.get("data"):
             train_loader = _SlowLoader(train_loader, inject["data"])
     else:
@@ -570,7 +627,7 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
             "inject": ";".join(x for x in args.inject if x != "none"), "inject_here": inject,
         })
         if args.backend == "ddp":
-            ssi.ddp_comm_hook(train_model)
+            ssi.ddp_comm_hook(train_model, hook=comm_hook)
         elif args.backend == "horovod":
             ssi.horovod_comm_hook(optimizer)
         if inject.get("data"):
@@ -598,9 +655,13 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
                         loss = loss_fn(train_model(xb), yb)
                         if sleep_fwd:
                             time.sleep(sleep_fwd)
+                        if gpu_fwd:
+                            gpu_sleep(gpu_fwd)
                     with phase("backward"):
                         if sleep_bwd:  # before the gradients exist, so the others wait for them
                             time.sleep(sleep_bwd)
+                        if gpu_bwd:  # the GPU computes the gradients that much later
+                            gpu_sleep(gpu_bwd)
                         loss.backward()
                     if args.backend == "horovod":
                         # Wait for Horovod's allreduces here, so the exposed sync time is not
@@ -608,11 +669,15 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
                         with phase("sync"):
                             optimizer.synchronize()
                         with phase("optimizer"), optimizer.skip_synchronize():
+                            if args.loss_item == "before":
+                                loss.item()
                             optimizer.step()
                             if sleep_opt:
                                 time.sleep(sleep_opt)
                     else:
                         with phase("optimizer"):
+                            if args.loss_item == "before":
+                                loss.item()  # blocks the host until the GPU has computed the loss
                             optimizer.step()
                             if sleep_opt:
                                 time.sleep(sleep_opt)
@@ -622,6 +687,8 @@ def _train(args: argparse.Namespace, dist: _Dist, device_kind: str) -> int:
                     n_seen += xb.shape[0]
                     if ssi is not None:
                         ssi.step_end()
+                    if args.loss_item == "after":
+                        loss.item()  # between steps: the host waits for the whole step's GPU work
             train_time = time.perf_counter() - t0
             trained_s += train_time
             check_memory(args.mem_limit_mb, f"after epoch {epoch + 1}")

@@ -264,6 +264,7 @@ def instrument(model: Any = None, optimizer: Any = None, loader: Iterable | None
     try:
         if model is not None:
             model._scalescope_hooks = _ModelHooks(model)
+            _ph.note_model(model)
             _note_model(model)
             if comm_hook and _is_ddp(model):
                 ddp_comm_hook(model)
@@ -321,6 +322,7 @@ class _DdpWait:
     pending: ClassVar[list] = []  # [future, t0, tid, step, epoch, args] per bucket
     n_buckets = 0
     t_ready = 0
+    dev_ready: object | None = None  # the device mark of "gradients ready" (a CUDA event)
     step: int | None = None
     epoch: int | None = None
     pushed_on: int | None = None
@@ -361,6 +363,8 @@ class _DdpWait:
 
         cls.t_ready = max(t_ready, _last_backward_end)
         cls.step, cls.epoch = _ph.current_step(), _ph.current_epoch()
+        # on the device: the stream reaches this mark when the last bucket's gradients exist
+        cls.dev_ready = _ph.device_mark()
         # An NVTX range only on the training thread, where the final callback runs too on
         # CPU; on a CUDA autograd thread no range is pushed (push/pop are per thread).
         tid = threading.get_native_id()
@@ -373,6 +377,11 @@ class _DdpWait:
         import threading
 
         cls.stamp(_ph.now(), wait=True)
+        # after fut.wait() the stream waits for the allreduces: this mark completes when
+        # they have (on NCCL the host never waits here; the device does)
+        _ph.device_span("phase", "sync", cls.dev_ready, _ph.device_mark(), step=cls.step, epoch=cls.epoch,
+                        args={"source": "ddp_hook"})
+        cls.dev_ready = None
         t1 = _ph.now()
         if cls.pushed_on is not None and cls.pushed_on == threading.get_native_id():
             _ph.nvtx_pop()
@@ -382,13 +391,18 @@ class _DdpWait:
                    args={"source": "ddp_hook", "buckets": n})
 
 
+#: The communication hook the recording hook runs (``ddp_comm_hook(hook=)``); None: DDP's
+#: default allreduce.
+_inner_hook: Any = None
+
+
 def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     # No annotations: DDP rejects a ``bucket`` annotated with anything but dist.GradBucket
     # (and with ``from __future__ import annotations`` every annotation is a string).
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     t0 = _ph.now()
-    fut = allreduce_hook(state, bucket)
+    fut = (_inner_hook or allreduce_hook)(state, bucket)
     if not _ph.recording():
         return fut
     try:
@@ -413,13 +427,17 @@ def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     return fut
 
 
-def ddp_comm_hook(ddp_model: Any, process_group: Any = None) -> bool:
+def ddp_comm_hook(ddp_model: Any, process_group: Any = None, *, hook: Any = None) -> bool:
     """Register the recording allreduce comm hook on a ``DistributedDataParallel`` model.
 
     Must be called before the first backward pass (DDP allows one comm hook per model).
-    Returns ``True`` when registered; on failure warns once and returns ``False``.
+    ``hook``: a comm hook of the script's own (``hook(state, bucket) -> Future``) that the
+    recording hook runs instead of DDP's default allreduce (compression, a delayed
+    allreduce). Returns ``True`` when registered; on failure warns once and returns ``False``.
     """
+    global _inner_hook
     try:
+        _inner_hook = hook
         ddp_model.register_comm_hook(state=process_group, hook=_recording_allreduce_hook)
         return True
     except Exception as exc:
@@ -451,7 +469,7 @@ def horovod_comm_hook(optimizer: Any) -> bool:
     try:
         if getattr(optimizer, "_scalescope_hvd_hook", False):
             return True
-        state = {"t0": None, "n": 0, "step": None, "epoch": None, "bytes": 0, "noted": False}
+        state = {"t0": None, "n": 0, "step": None, "epoch": None, "bytes": 0, "noted": False, "m0": None}
 
         def wrap_submit(attr: str) -> None:
             orig = getattr(optimizer, attr, None)
@@ -462,6 +480,7 @@ def horovod_comm_hook(optimizer: Any) -> bool:
                 if state["t0"] is None and _ph.recording():
                     state["t0"] = _ph.now()
                     state["step"], state["epoch"] = _ph.current_step(), _ph.current_epoch()
+                    state["m0"] = _ph.device_mark()  # the first gradient is ready on the device
                 state["n"] += 1
                 if not state["noted"]:
                     state["bytes"] += _grad_nbytes(args[0] if args else None)
@@ -477,6 +496,9 @@ def horovod_comm_hook(optimizer: Any) -> bool:
             out = sync(*args, **kwargs)
             t0, state["t0"] = state["t0"], None
             if t0 is not None:
+                _ph.device_span("comm", "allreduce", state["m0"], _ph.device_mark(), step=state["step"],
+                                epoch=state["epoch"], args={"hook": "horovod"})
+                state["m0"] = None
                 t1 = _ph.now()
                 n, state["n"] = state["n"], 0
                 if not state["noted"]:

@@ -31,14 +31,35 @@ from typing import Any, TypeVar
 from instrumentation._env import warn_once, warn_write_error
 
 __all__ = [
-    "PHASES", "Phase", "close_implicit_epoch", "current_epoch", "current_step", "epoch_end", "epoch_start", "mark",
-    "may_open_step", "name_track", "note_batch", "now", "nvtx_pop", "nvtx_push", "phase", "record", "recording",
+    "PHASES",
+    "Phase",
+    "close_implicit_epoch",
+    "current_epoch",
+    "current_step",
+    "device_mark",
+    "device_span",
+    "epoch_end",
+    "epoch_start",
+    "mark",
+    "may_open_step",
+    "model",
+    "name_track",
+    "note_batch",
+    "note_model",
+    "now",
+    "nvtx_pop",
+    "nvtx_push",
+    "phase",
+    "record",
+    "recording",
     "step_end",
 ]
 
 #: The phase vocabulary (``docs/instrumentation.md``).
 PHASES: tuple[str, ...] = ("data", "forward", "backward", "sync", "optimizer", "step", "epoch", "eval")
 _NOT_IN_STEP = frozenset({"epoch", "eval", "step"})
+#: Phases of the host alone: no device span (the device view takes ``data`` from the host).
+_HOST_ONLY = frozenset({"data", "epoch", "eval"})
 
 _now = time.perf_counter_ns
 _tid = threading.get_native_id
@@ -49,10 +70,32 @@ class _State:
     """Module-wide recording state (one per process)."""
 
     __slots__ = (
-        "batch_size", "epoch", "epoch_phase_ns", "epoch_samples", "epoch_steps", "epoch_steps_sized",
-        "epoch_t0", "epochs_path", "eval_depth", "first_epoch", "last_step_end", "n_epoch_ends", "nvtx",
-        "on_epoch_end", "on_step", "rank", "rec", "step", "step_fwd_samples", "step_loader_samples",
-        "step_open", "step_t0", "user_epoch_seen",
+        "batch_size",
+        "dev",
+        "dev_factory",
+        "epoch",
+        "epoch_phase_ns",
+        "epoch_samples",
+        "epoch_steps",
+        "epoch_steps_sized",
+        "epoch_t0",
+        "epochs_path",
+        "eval_depth",
+        "first_epoch",
+        "last_step_end",
+        "n_epoch_ends",
+        "nvtx",
+        "on_epoch_end",
+        "on_step",
+        "rank",
+        "rec",
+        "step",
+        "step_fwd_samples",
+        "step_loader_samples",
+        "step_m0",
+        "step_open",
+        "step_t0",
+        "user_epoch_seen",
     )
 
     def __init__(self) -> None:
@@ -61,6 +104,9 @@ class _State:
     def reset(self) -> None:
         self.rec = None  # TraceRecorder | None; None means "not recording"
         self.nvtx = None  # NvtxRanges | None
+        self.dev = None  # instrumentation.device.DeviceTimer | None: device time of the spans
+        self.dev_factory = None  # makes ``dev`` when the first step opens (CUDA in use then)
+        self.step_m0 = None  # the device mark of the open step's start
         self.rank = 0
         self.step = 0
         self.step_open = False
@@ -96,6 +142,65 @@ def _nvtx_failed(exc: BaseException) -> None:
     warn_once("nvtx-call", f"NVTX call failed ({exc!r}); NVTX ranges are off from now on")
 
 
+#: The instrumented model (a weak reference; ``instrument(model=)``): its device for the CUDA
+#: events and DDP's own timing at ``finish()``. Not part of :class:`_State`: a model may be
+#: instrumented before ``init``.
+_model_ref: Any = None
+
+
+def note_model(model: Any) -> None:
+    """Remember the instrumented model (weakly)."""
+    global _model_ref
+    try:
+        import weakref
+
+        _model_ref = weakref.ref(model)
+    except TypeError:
+        _model_ref = None
+
+
+def model() -> Any:
+    """The instrumented model, or None."""
+    return _model_ref() if _model_ref is not None else None
+
+
+def _device_failed(exc: BaseException) -> None:
+    S.dev = None
+    warn_once("device-events", f"CUDA event timing failed ({exc!r}); phases are host-timed from now on")
+
+
+def _start_device() -> None:
+    """Make the device timer when the first step opens (the model is on its device by then)."""
+    factory, S.dev_factory = S.dev_factory, None
+    try:
+        S.dev = factory()
+    except Exception as exc:
+        _device_failed(exc)
+
+
+def device_mark() -> object | None:
+    """A CUDA event on the current stream now (for the hooks); None when device timing is off."""
+    dev = S.dev
+    if dev is None:
+        return None
+    try:
+        return dev.mark()
+    except Exception as exc:
+        _device_failed(exc)
+        return None
+
+
+def device_span(cat: str, name: str, m0: object | None, m1: object | None, *, step: int | None,
+                epoch: int | None, args: dict | None = None) -> None:
+    """Queue the device span between two :func:`device_mark` marks (a no-op when off)."""
+    dev = S.dev
+    if dev is not None:
+        try:
+            dev.span(cat, name, m0, m1, step, epoch, args)
+        except Exception as exc:
+            _device_failed(exc)
+
+
 class Phase:
     """Context manager (and decorator) timing one phase: the span API of this module.
 
@@ -105,12 +210,13 @@ class Phase:
     ``data`` phase that ended the loader.
     """
 
-    __slots__ = ("name", "nvtx", "t0")
+    __slots__ = ("m0", "name", "nvtx", "t0")
 
     def __init__(self, name: str, *, nvtx: bool = True):
         self.name = name
         self.nvtx = nvtx
         self.t0 = 0
+        self.m0 = None
 
     def __enter__(self) -> Phase:
         rec = S.rec
@@ -138,12 +244,31 @@ class Phase:
         if S.epoch_t0 is None:
             S.epoch_t0 = t0
         self.t0 = t0
+        if opens_step and S.dev_factory is not None:
+            _start_device()
+        dev = S.dev
+        if dev is not None and (opens_step or name not in _HOST_ONLY):
+            try:
+                m = dev.mark()
+                if opens_step:
+                    S.step_m0 = m
+                if name not in _HOST_ONLY:
+                    self.m0 = m
+            except Exception as exc:
+                _device_failed(exc)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         rec = S.rec
         if rec is None or not self.t0:
             return
+        dev, m0 = S.dev, self.m0
+        m1 = None
+        if dev is not None and m0 is not None:
+            try:
+                m1 = dev.mark()
+            except Exception as exc:
+                _device_failed(exc)
         t1 = _now()
         name = self.name
         nv = S.nvtx if self.nvtx else None
@@ -161,6 +286,8 @@ class Phase:
         else:
             step = S.step if (S.step_open and S.eval_depth == 0) else None
         rec.add(("phase", name, self.t0, t1, _tid(), step, S.epoch, None))
+        if m1 is not None and S.dev is not None:
+            S.dev.span("phase", name, m0, m1, step, S.epoch)
 
     enter = __enter__
 
@@ -286,6 +413,13 @@ def step_end() -> None:
     rec = S.rec
     if rec is None or not S.step_open:
         return
+    dev = S.dev
+    if dev is not None:
+        try:
+            dev.span("phase", "step", S.step_m0, dev.mark(), S.step, S.epoch)
+        except Exception as exc:
+            _device_failed(exc)
+            dev = None
     t1 = _now()
     if S.nvtx is not None:
         try:
@@ -293,6 +427,11 @@ def step_end() -> None:
         except Exception as exc:
             _nvtx_failed(exc)
     rec.add(("phase", "step", S.step_t0, t1, _tid(), S.step, S.epoch, None))
+    if dev is not None:
+        try:
+            dev.close_step(t1 - S.step_t0, S.step_t0)
+        except Exception as exc:
+            _device_failed(exc)
     S.step_open = False
     S.step += 1
     S.last_step_end = t1
@@ -320,6 +459,14 @@ def current_step() -> int | None:
 def _batch_len(obj: Any, depth: int = 0) -> int | None:
     """The leading dimension of the first tensor-like (``.shape``) in a batch, searching
     tuples, lists and dict values; ``None`` when there is none."""
+    if depth == 0 and (type(obj) is tuple or type(obj) is list) and obj:
+        # the common ``(inputs, targets)`` batch, without the general search (every step)
+        shape = getattr(obj[0], "shape", None)
+        if shape is not None and len(shape):
+            try:
+                return int(shape[0])
+            except (TypeError, ValueError):
+                pass
     if isinstance(obj, (tuple, list)) or (isinstance(obj, dict) and (obj := list(obj.values())) is not None):
         if depth > 3:
             return None
@@ -440,6 +587,8 @@ def epoch_end(
         return None
     try:
         step_end()
+        m = device_mark()
+        device_span("anchor", "epoch_end", m, m, step=None, epoch=int(epoch))
         return _close_epoch(int(epoch), samples=samples, train_loss=train_loss, val_loss=val_loss,
                             val_metric=val_metric)
     except Exception as exc:

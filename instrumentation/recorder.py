@@ -215,8 +215,9 @@ class TraceRecorder:
                 warn_once("trace-flusher", f"trace flusher failed: {exc!r}")
                 return
 
-    def close(self, *, status: str | None = None) -> None:
-        """Stop the flusher, write the remaining records and terminate the JSON array."""
+    def close(self, *, status: str | None = None, extra: dict | None = None) -> None:
+        """Stop the flusher, write the remaining records and terminate the JSON array;
+        ``extra`` joins the end record's ``args`` (the device timer's summary)."""
         if self.closed:
             return
         self._stop.set()
@@ -231,7 +232,7 @@ class TraceRecorder:
                 return
             end = {"name": END_RECORD, "ph": "M", "pid": self.rank, "tid": 0,
                    "args": {"wall_ns": time.time_ns(), "status": status,
-                            "n_events": self.n_written}}
+                            "n_events": self.n_written, **(extra or {})}}
             try:
                 self._fh.write(json.dumps(end, separators=(",", ":")) + "\n]\n")
                 self._fh.flush()

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from instrumentation import device as _device
 from instrumentation import horovod_timeline as _hvt
 from instrumentation import manifest as _mf
 from instrumentation import nvtx_ranges as _nvtx
@@ -182,8 +183,7 @@ class _Comm:
             if os.environ.get("WORLD_SIZE", "1") != "1":
                 raise RuntimeError("framework 'ddp' but torch.distributed is not initialised: call "
                                    "dist.init_process_group() before instrumentation.init()")
-            # torchrun at one process and a script that makes a process group only for more
-            # (`if world_size > 1: init_process_group()`): one process, recorded as such
+            # torchrun at one process, a script whose group is only for more: `if world_size > 1: ...`
             warn_once("ddp-one-process", "framework 'ddp' at one process without a process group: "
                       "recording this process alone")
 
@@ -518,7 +518,29 @@ def _open_trace(run: Run, anchor, *, nvtx, flush_interval_s: float) -> str:
     ranges, nvtx_mode = _nvtx.setup(nvtx)
     S.nvtx = ranges
     S.rec = run.recorder
+    S.dev_factory = _device_factory(run.recorder)
     return nvtx_mode
+
+
+def _device_factory(recorder: TraceRecorder):
+    """What makes the device timer when the first step opens: None when device events are off
+    (``SCALESCOPE_DEVICE_EVERY=0``) or torch has no CUDA; the timer itself is made only if
+    CUDA is initialised by then (a CPU run on a GPU machine stays host-timed)."""
+    every = _device.every_from_env()
+    if every == 0:
+        return None
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available():
+            return None
+    except Exception:
+        return None
+
+    def make():
+        api = _device.cuda_api(_device.model_device(_ph.model()))
+        return None if api is None else _device.DeviceTimer(api, recorder.add, every=every)
+
+    return make
 
 
 def _choose_samplers(by_host: dict[str, list[dict]], *, interval: float) -> dict[str, dict]:
@@ -674,24 +696,15 @@ def _finish_by(status: str, *, by: str) -> None:
             warn_once("finish", f"finish failed: {exc!r}")
 
 
-def _end_record(run: Run, by: str) -> dict:
-    """``run.json`` ``end``: how rank 0's recording ended and what it had done by then. The
-    sweep keeps a non-zero exit ``ok`` only when the script trained and reached its own end
-    (``docs/run-directory.md``)."""
-    S = _ph.S
-    planned = (run.manifest or {}).get("epochs")
-    planned = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
-    return {"by": by, "steps": int(S.step), "epoch_ends": int(S.n_epoch_ends), "epochs_planned": planned,
-            "last_epoch_reached": None if planned is None else S.n_epoch_ends >= planned}
-
-
 def _finish(run: Run, status: str, *, by: str = "script") -> None:
     run.status = status
     S = _ph.S
-    end = _end_record(run, by)  # before the implicit epoch of finish() is counted
+    # how it ended and what it had done, before finish()'s implicit epoch is counted
+    end = _mf.end_record(by, steps=S.step, epoch_ends=S.n_epoch_ends, epochs=(run.manifest or {}).get("epochs"))
     if status == "ok":
         _ph.close_implicit_epoch()  # steps after the last epoch_end (all of them without epochs)
         _ph.step_end()
+    extra = _device_summary(S)
     if S.step_open and S.nvtx is not None:
         try:
             S.nvtx.pop()
@@ -707,7 +720,7 @@ def _finish(run: Run, status: str, *, by: str = "script") -> None:
     if run.sampler is not None:
         run.sampler.stop()
     if run.recorder is not None:
-        run.recorder.close(status=status)
+        run.recorder.close(status=status, extra=extra)
     if run.manifest is not None:
         run.manifest["status"] = status
         run.manifest["end_time"] = _mf.iso_now()
@@ -721,6 +734,22 @@ def _finish(run: Run, status: str, *, by: str = "script") -> None:
             profilers["torch_profiler"] = run.torch_profiler.info()
             run.manifest["profilers"] = profilers
         _write_manifest(run)
+
+
+def _device_summary(S) -> dict:
+    """The device timer's summary after its one synchronize, and DDP's own timing (a
+    cross-check), for the trace's end record; empty without device timing."""
+    dev, S.dev, S.dev_factory = S.dev, None, None
+    out: dict = {}
+    if dev is not None:
+        try:
+            out["device"] = dev.finish()
+        except Exception as exc:
+            warn_once("device-finish", f"could not resolve the last CUDA events: {exc!r}")
+    ddp = _device.ddp_logging_data(_ph.model())
+    if ddp:
+        out["ddp_logging"] = ddp
+    return out
 
 
 def _atexit() -> None:

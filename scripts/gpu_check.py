@@ -16,7 +16,10 @@ next one):
    tensors at 2 ranks, Horovod over NCCL when Horovod is importable; every run's events,
    samples (NVML sample counts), Kineto traces (CUDA kernels) and NCCL logs read back;
 5. ``nsys``: one baseline run under ``--nsys`` when an ``nsys`` binary exists;
-6. ``bench``: ``scalescope bench-allreduce`` over NCCL (and Gloo) when that command exists.
+6. ``bench``: ``scalescope bench-allreduce`` over NCCL (and Gloo) when that command exists;
+7. ``device``: the device-time validations (``scripts/gpu_device_check.py``: an A/A pair,
+   CUDA events on against off, a GPU sleep in backward, a delayed allreduce, injected data
+   time, ``loss.item()`` before and after the step, the last arriver of a 2-rank Gloo run).
 
 Writes ``<out>/gpu-check.json`` (the summary) and ``<out>/gpu-check.md`` (the same as a
 table) and prints the table. Exit status 0 when every step that could run passed, 1 when
@@ -331,11 +334,19 @@ def _markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _device_step(out: Path) -> dict:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_device_check
+
+    return gpu_device_check.step_device(out / "device")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("runs/gpu-check"), help="where everything is written")
     p.add_argument("--samples", type=int, default=2000, help="training samples per run (default 2000)")
-    p.add_argument("--skip", action="append", default=[], choices=("nvml", "node", "sweep", "nsys", "bench"),
+    p.add_argument("--skip", action="append", default=[],
+                   choices=("nvml", "node", "sweep", "nsys", "bench", "device"),
                    help="leave a step out (repeatable)")
     args = p.parse_args(argv)
     out = args.out.resolve()
@@ -355,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         "sweep": lambda: step_sweep(out, gpus=gpus, horovod=horovod, samples=args.samples),
         "nsys": lambda: step_nsys(out, samples=args.samples),
         "bench": lambda: step_bench(out, gpus=gpus),
+        "device": lambda: _device_step(out),
     }
     for name, fn in steps.items():
         if name in args.skip:

@@ -53,3 +53,27 @@ def test_gpu_check_passes(tmp_path):
     assert nccl_run["kineto_gpu_events"] > 0  # the CUDA side of the torch profiler trace
     assert nccl_run["nccl_logs"] and all(log["nranks"] for log in nccl_run["nccl_logs"])
     assert p.returncode == 0, p.stdout + p.stderr
+    assert steps["device"]["status"] == "ok", steps["device"]
+
+
+def test_device_checks_fail_without_device_time(tmp_path):
+    """The device validations' evaluation on a CPU experiment (the bundled sample sweep as
+    its first sweep): it runs through, finds no device time, and passes no check that needs
+    it (every check here needs it)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_device_check
+
+    sample = ROOT / "data" / "sample_sweep"
+    if not sample.is_dir():
+        pytest.skip("data/sample_sweep is not in this checkout")
+    shutil.copytree(sample, tmp_path / "nccl")
+    checks = gpu_device_check.evaluate(tmp_path)
+    assert set(checks) == {"aa", "overhead", "gpu_sleep", "comm", "data", "item", "arrival"}
+    needs_device = {k: c for k, c in checks.items() if k != "overhead"}
+    assert all(c["status"] == "failed" for c in needs_device.values()), checks
+    if _has_gpu():
+        return
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_device_check.py"), "--out", str(tmp_path / "x")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    if not _has_gpu():
+        assert p.returncode == 2 and "no usable NVIDIA GPU" in p.stderr, p.stderr

@@ -28,6 +28,15 @@ from analysis.metrics.breakdown import (
     warmup_count,
     warmup_summary,
 )
+from analysis.metrics.collectives import (
+    blocking_calls,
+    collectives,
+    explain_blocking,
+    exposed_comm,
+    kernel_step_parts,
+    launched_work,
+    sync_outside_steps,
+)
 from analysis.metrics.fusion import dedupe_fused
 from analysis.metrics.gap import explain_loss, rank_step_parts, scaling_loss
 from analysis.metrics.measures import measure_runs, scaling_mode, select_baseline, step_table
@@ -59,6 +68,13 @@ from analysis.metrics.sizes import (
 )
 from analysis.metrics.stragglers import negotiation_stragglers, phase_stragglers, straggler_summary
 from analysis.metrics.sync import sync_cost, sync_scaling, sync_times
+from analysis.metrics.timesource import (
+    SOURCES,
+    between_steps,
+    event_arrivals,
+    run_sources,
+    timed_view,
+)
 from analysis.metrics.utilization import (
     device_usage,
     gpu_memory_phases,
@@ -70,10 +86,14 @@ from analysis.metrics.utilization import (
 )
 
 __all__ = [
+    "SOURCES",
     "backend_comparison",
     "batch_size_epoch_time",
     "batch_speedup",
+    "between_steps",
+    "blocking_calls",
     "breakdown_by_ranks",
+    "collectives",
     "compare_groups",
     "compute_update_breakdown",
     "ddp_comm_overlap",
@@ -81,8 +101,11 @@ __all__ = [
     "device_usage",
     "epoch_times",
     "equal_batch_comparison",
+    "event_arrivals",
+    "explain_blocking",
     "explain_loss",
     "explain_work",
+    "exposed_comm",
     "final_losses",
     "find_max_records",
     "fit_alpha_beta",
@@ -94,6 +117,8 @@ __all__ = [
     "horovod_allreduce",
     "idle_devices",
     "input_size_table",
+    "kernel_step_parts",
+    "launched_work",
     "lr_rule_curves",
     "maps_over",
     "measure_runs",
@@ -107,6 +132,7 @@ __all__ = [
     "predict_scaling",
     "predict_sync",
     "rank_step_parts",
+    "run_sources",
     "run_speedups",
     "run_summary",
     "scaled_learning_rate",
@@ -120,10 +146,12 @@ __all__ = [
     "straggler_summary",
     "strong_weak_table",
     "sync_cost",
+    "sync_outside_steps",
     "sync_scaling",
     "sync_times",
     "time_breakdown",
     "time_to_target",
+    "timed_view",
     "training_start",
     "usage_by_ranks",
     "validation_curves",

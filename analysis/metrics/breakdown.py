@@ -16,6 +16,7 @@ from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
 from analysis.metrics._mapping import maps_over
 from analysis.metrics.fusion import dedupe_fused
+from analysis.metrics.timesource import Source, one_source, run_sources, timed_view
 
 #: Step components in priority order: an instant covered by several phases counts for the
 #: first one listed. An explicit ``sync`` phase is a wait for gradient synchronisation, so
@@ -307,6 +308,7 @@ def time_breakdown(
     comm_cats: Sequence[str] = IN_FLIGHT_CATS,
     warmup: int | str | None = WARMUP,
     timeline_rank: int | None = 0,
+    source: Source = "auto",
 ) -> pd.DataFrame:
     """Shares of a training step: data, forward, backward, exposed sync, optimizer, other.
 
@@ -329,11 +331,15 @@ def time_breakdown(
     timeline_rank
         The rank whose ``sync_total`` comes from the Horovod timeline when the run has one
         (the coordinator, rank 0, writes it on its own clock); ``None``: never.
+    source
+        ``"auto"`` (device time where CUDA events were recorded), ``"host"`` or ``"events"``
+        (:mod:`analysis.metrics.timesource`).
 
     Returns
     -------
     pandas.DataFrame
-        Keys (``run_id``, ``rank``, and ``epoch``/``step`` at step level), ``n_steps``,
+        Keys (``run_id``, ``rank``, and ``epoch``/``step`` at step level), ``source``
+        (``host`` or ``events``: where the run's time came from), ``n_steps``,
         ``step_time_s`` (sum of the step windows, s), ``step_mean_s``, ``data_s``,
         ``forward_s``, ``backward_s``, ``sync_exposed_s``, ``optimizer_s``, ``other_s``
         (s), the same as shares ``*_frac`` (0-1) that sum to 1, and ``sync_total_s`` (not
@@ -341,23 +347,20 @@ def time_breakdown(
 
     Notes
     -----
-    ``docs/metrics.md`` defines every quantity. For each rank, each component's intervals
-    are merged into a union; an instant covered by several components is given to the
-    first of data, forward, sync, backward, optimizer (an explicit ``sync`` phase is a wait,
-    also when nested in ``backward`` as DDP's is, or in ``optimizer`` as Horovod's
-    ``synchronize()`` is). Each union is then measured inside every step window (see
-    :func:`step_times`), so ``other_s = step_time_s - (data_s + forward_s + backward_s +
-    sync_exposed_s + optimizer_s)`` is the idle / unattributed rest and the shares sum to
-    1 exactly. A rank without ``sync`` phases but with in-flight records takes as exposed
-    the in-flight time no other phase covers.
-
-    ``sync_total_s``: the union of the time a gradient collective is in flight in the
-    step: the comm hooks' records on every rank (Horovod: the timeline, on
-    ``timeline_rank``, only where that rank has no hook records), with the rank's sync waits (a wait is for a collective in flight), so
-    ``sync_exposed_s <= sync_total_s``.
+    ``docs/metrics.md`` defines every quantity. Per rank, each component's intervals are
+    merged into a union; an instant covered by several goes to the first of data, forward,
+    sync, backward, optimizer (an explicit ``sync`` phase is a wait, also nested in
+    ``backward`` as DDP's is or in ``optimizer`` as Horovod's ``synchronize()``), measured
+    inside every step window (:func:`step_times`): ``other_s`` is the unattributed rest and
+    the shares sum to 1 exactly. A rank without ``sync`` phases but with in-flight records
+    takes as exposed the in-flight time no other phase covers. ``sync_total_s``: the union
+    of the rank's in-flight records (Horovod: the timeline on ``timeline_rank`` where that
+    rank has none) and its sync waits, so ``sync_exposed_s <= sync_total_s``.
     """
     if level not in ("step", "rank", "run"):
         raise ScalescopeError(f"level must be 'step', 'rank' or 'run', not {level!r}")
+    sources = run_sources(events, source)
+    events = timed_view(events, sources)
     ph = _phases(events)
     comm_all = events[(plain(events["kind"]) == "comm") & plain(events["cat"]).isin(list(comm_cats))]
     comm_all = comm_all.assign(run_id=plain(comm_all["run_id"]))
@@ -373,9 +376,10 @@ def time_breakdown(
         rows.append(_rank_step_ns(run_id, rank, w, one, comm, tl))
     keys = list(_LEVEL_KEYS[level])
     if not rows:
-        return pd.DataFrame(columns=[*keys, "n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(),
-                                     "other_s", *SHARE_COLUMNS, "sync_total_s"])
-    return _in_seconds(_summed_at(pd.concat(rows, ignore_index=True), keys), keys)
+        return pd.DataFrame(columns=[*keys, "source", *_VALUE_COLUMNS])
+    out = _in_seconds(_summed_at(pd.concat(rows, ignore_index=True), keys), keys)
+    out.insert(len(keys), "source", out["run_id"].map(sources).fillna("host"))
+    return out
 
 
 def _summed_at(per_step: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -388,6 +392,9 @@ def _summed_at(per_step: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
 
 
+#: The columns of :func:`time_breakdown` after its keys and ``source``.
+_VALUE_COLUMNS = ("n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.values(), "other_s", *SHARE_COLUMNS,
+                  "sync_total_s")
 #: The key columns of :func:`time_breakdown` at each level.
 _LEVEL_KEYS = {"step": ("run_id", "rank", "epoch", "step"), "rank": ("run_id", "rank"), "run": ("run_id",)}
 
@@ -744,7 +751,8 @@ def breakdown_by_ranks(
     Returns
     -------
     pandas.DataFrame
-        One row per (configuration, ``n_ranks``): ``n_nodes``, ``n_runs``, ``n_steps``,
+        One row per (configuration, ``n_ranks``): ``n_nodes``, ``n_runs``, ``source``
+        (``mixed`` where its runs differ), ``n_steps``,
         ``step_mean_s``, the component times per step (``data_s``... ``other_s``, mean per
         rank-step) and their shares ``*_frac`` summing to 1.
 
@@ -762,6 +770,8 @@ def breakdown_by_ranks(
     out = g[["n_steps", "step_time_s", *comp]].sum().reset_index()
     out.insert(len(keys), "n_nodes", g["n_nodes"].max().to_numpy())
     out.insert(len(keys) + 1, "n_runs", g["run_id"].nunique().to_numpy())
+    if "source" in b:
+        out.insert(len(keys) + 2, "source", g["source"].agg(one_source).to_numpy())
     total = out["step_time_s"].to_numpy(float)
     for col in comp:
         out[col[:-2] + "_frac"] = out[col] / total

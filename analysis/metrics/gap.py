@@ -61,11 +61,14 @@ from analysis.metrics.stats import (
     run_cv,
     verdict,
 )
+from analysis.metrics.timesource import SOURCE_LABELS, Source, one_source
 from analysis.schema import MACHINE_AXES
 
 #: The causes, in the order figures stack them; they sum to ``gap_s``.
 CAUSES: tuple[str, ...] = ("framework_s", "sync_s", "straggler_s", "data_s", "contention_s", "compute_s",
                            "other_s")
+#: ``other_s`` on device time: the device sat idle waiting for the host.
+DEVICE_OTHER_LABEL = "the device idle, waiting for the host (host-bound: launches, Python, blocking calls)"
 #: Words for the causes in sentences and legends.
 CAUSE_LABELS: dict[str, str] = {
     "framework_s": "framework overhead at one rank",
@@ -129,10 +132,10 @@ def scaling_loss(
     samples: pd.DataFrame | None = None,
     measured: pd.DataFrame | None = None,
     confidence: float = CONFIDENCE,
+    source: Source = "auto",
 ) -> pd.DataFrame:
-    """Why not ideal: per configuration and rank count, the step-time gap to the ideal
-    split into causes that sum to it, each with an interval and a verdict. The module's
-    docstring ("The split") and ``docs/metrics.md`` define every term.
+    """Why not ideal: per configuration and rank count, the step-time gap to the ideal split
+    into causes that sum to it, each with an interval and a verdict (``docs/metrics.md``).
 
     Parameters
     ----------
@@ -153,21 +156,20 @@ def scaling_loss(
     match
         Columns a ``"none"`` baseline must share with the configuration.
     mode
-        ``"auto"``: the mode the runs did (:func:`analysis.metrics.measures.scaling_mode`), or
-        ``"strong"``/``"weak"``. Recorded in ``attrs["mode"]``: every quantity here is per step
-        with a fixed per-rank batch, the same in every mode.
+        ``"auto"`` (:func:`analysis.metrics.measures.scaling_mode`), ``"strong"`` or ``"weak"``:
+        only recorded in ``attrs["mode"]`` (per step with a fixed per-rank batch, all is the same).
     warmup
         Warm-up rule (:func:`~analysis.metrics.breakdown.warmup_count`).
-    epochs
-        ``RunSet.epochs``: the samples per epoch that tell partial batches from full ones. Without
-        them every step counts as full (``attrs["notes"]`` says so).
-    samples
-        CPU samples (``RunSet.samples``): the per-rank CPU that shows contention.
+    epochs, samples
+        ``RunSet.epochs`` (samples per epoch tell partial batches from full ones; without them every
+        step counts as full, ``attrs["notes"]`` says so) and ``RunSet.samples`` (CPU contention).
     measured
         :func:`analysis.metrics.measures.measure_runs` already computed (the report does it once);
-        ``events``, ``epochs``, ``samples`` and ``warmup`` are then not used.
+        ``events``, ``epochs``, ``samples``, ``warmup`` and ``source`` are then not used.
     confidence
         Level of every interval (:mod:`analysis.metrics.stats`).
+    source
+        ``"auto"``, ``"host"`` or ``"events"`` (:mod:`analysis.metrics.timesource`).
 
     Returns
     -------
@@ -180,7 +182,7 @@ def scaling_loss(
         ``throughput_samples_per_s``; each with ``_ci_low`` / ``_ci_high``; ``X_verdict`` for the
         gap, each cause (against 0) and the efficiency (against 1); ``*_share`` of each cause in
         the gap; ``slowest_rank`` (NA on a tie), ``slowest_tied`` (the tied ranks),
-        ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``.
+        ``slowest_share``; ``repeats_for_5pct``; ``contention_evidence``; ``source``.
         ``attrs``: ``baseline``, ``reference``, ``mode``, ``unit``, ``notes``.
     """
     require_columns(runs, ("run_id", "framework", "n_ranks", *by, *match), "scaling_loss")
@@ -188,7 +190,8 @@ def scaling_loss(
         raise ScalescopeError(f"mode must be 'auto', 'strong' or 'weak', not {mode!r}")
     by, match = _loss_axes(runs, by, match, baseline)
     notes = [] if epochs is not None or measured is not None else [_NO_EPOCHS]
-    table = _loss_table(events, runs, measured, by=by, match=match, epochs=epochs, samples=samples, warmup=warmup)
+    table = _loss_table(events, runs, measured, by=by, match=match, epochs=epochs, samples=samples, warmup=warmup,
+                        source=source)
     run_mode, mode_notes = _run_mode(runs, epochs, by, mode)
     rows, base_notes, ref_notes = _loss_rows(table, by, match, baseline, confidence)
     out = pd.DataFrame(rows)
@@ -213,11 +216,11 @@ def _loss_axes(runs: pd.DataFrame, by: Sequence[str], match: Sequence[str],
 
 def _loss_table(events: pd.DataFrame, runs: pd.DataFrame, measured: pd.DataFrame | None, *, by: Sequence[str],
                 match: Sequence[str], epochs: pd.DataFrame | None, samples: pd.DataFrame | None,
-                warmup: int | str | None) -> pd.DataFrame:
+                warmup: int | str | None, source: Source = "auto") -> pd.DataFrame:
     """The per-run measures (``measured``, else measured here) with the runs' ``by`` and
     ``match`` columns and an ``inject`` column."""
     if measured is None:
-        measured = measure_runs(events, runs, epochs=epochs, samples=samples, warmup=warmup, by=by)
+        measured = measure_runs(events, runs, epochs=epochs, samples=samples, warmup=warmup, by=by, source=source)
     if measured.empty:
         raise ScalescopeError("no run has training-phase records (kind 'phase') to split the step time")
     cols = list(dict.fromkeys(["run_id", "framework", "n_ranks", *by, *match, "threads_per_rank"]))
@@ -311,7 +314,10 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
     if not np.isfinite(b):
         b = float(np.nanmean(g["batch_size"].astype(float))) if "batch_size" in g else np.nan
     n0 = float(base["n_ranks"].astype(float).mean())
-    cont, evidence = _contention(g, ref if _ids(ref) != _ids(base) else None)
+    source = _source_of(base, ref, g)
+    # CPU contention slows host work; device compute it cannot slow (a slower launch shows
+    # as the device idle, other_s), so on device time compute stays compute
+    cont, evidence = _contention(g, ref if _ids(ref) != _ids(base) else None) if source == "host" else (False, None)
     cols = ["measured_step_s", "ideal_step_s", "gap_s", *CAUSES, "efficiency", "speedup", "time_per_sample_s",
             "throughput_samples_per_s"]
 
@@ -360,7 +366,13 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
     row["unreliable"] = unreliable(sides)
     row["work_source"] = work_source([g, base])
     row["threads_differ"] = threads_differ([("the baseline", base), (f"the runs at {n} ranks", g)])
+    row["source"] = source
     return row
+
+
+def _source_of(*sides: pd.DataFrame) -> str:
+    """Where a row's time came from: the runs' one ``source``, or ``mixed``."""
+    return one_source([v for side in sides if "source" in side for v in side["source"]])
 
 
 def _work(frame: pd.DataFrame) -> float:
@@ -497,13 +509,14 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
         def known(c: str, d: dict = d) -> bool:
             return d.get(f"{c}_verdict") != WITHIN_NOISE
 
+        labels = _labels(d)
         added = sum(d[c] for c in CAUSES if d[c] > 0)
         causes = sorted(((d[c] / added, c) for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and known(c)),
                         reverse=True)[:top]
-        noise = [CAUSE_LABELS[c] for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and not known(c)]
+        noise = [labels[c] for c in CAUSES if d[c] > 0 and d[c] / added >= 0.05 and not known(c)]
         words = []
         for share, c in causes:
-            w = CAUSE_LABELS[c]
+            w = labels[c]
             if c == "straggler_s":
                 if pd.notna(d.get("slowest_rank")):
                     w = f"waiting for rank {int(d['slowest_rank'])}"
@@ -521,9 +534,31 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
             tail += f"; the runs compared ran different threads ({d['threads_differ']}), so compute per step differs"
         back = [c for c in CAUSES if d[c] < 0 and -d[c] >= 0.05 * gap]
         if back:
-            won = ", ".join(f"{_ms(-d[c])} in {CAUSE_LABELS[c]}" for c in back)
+            won = ", ".join(f"{_ms(-d[c])} in {labels[c]}" for c in back)
             out.append(f"{head}; it loses {_ms(gap)} per step: the causes that add time add {_ms(added)}, of which "
-                       f"{tail}; {won} won back.")
+                       f"{tail}; {won} won back.{_source_words(d)}")
         else:
-            out.append(f"{head}; of the {_ms(gap)} lost per step, {tail}.")
+            out.append(f"{head}; of the {_ms(gap)} lost per step, {tail}.{_source_words(d)}")
     return out
+
+
+def _labels(d: dict) -> dict[str, str]:
+    """The cause words for one row: on device time, ``other_s`` is the device idle waiting
+    for the host (launches, Python, blocking calls): the run is host-bound there."""
+    if d.get("source") in ("events", "kernels"):
+        return {**CAUSE_LABELS, "other_s": DEVICE_OTHER_LABEL}
+    return CAUSE_LABELS
+
+
+def _source_words(d: dict) -> str:
+    """What the sentence adds about its source: nothing for host time on a CPU run (where
+    host time is the whole truth); device time named; host time of a GPU run flagged."""
+    src = d.get("source")
+    if src in ("events", "kernels"):
+        return f" Times are {SOURCE_LABELS[src]}."
+    if src == "mixed":
+        return f" Times are {SOURCE_LABELS['mixed']}: compare with care."
+    if pd.notna(d.get("gpu_model")) and d.get("gpu_model"):
+        return (" Times are host time on a GPU run (no CUDA events recorded): a phase that holds a blocking "
+                "call absorbs the device's backlog, so the split between causes is uncertain.")
+    return ""

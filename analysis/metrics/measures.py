@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import ScalescopeError
-from analysis.metrics._common import require_columns
+from analysis.metrics._common import plain, require_columns
 from analysis.metrics.breakdown import WARMUP, step_times, time_breakdown, warmup_steps
 from analysis.metrics.stats import flag_outliers
+from analysis.metrics.timesource import Source, event_arrivals, run_sources, timed_view
 from analysis.schema import MACHINE_AXES
 
 #: Per-step parts (s) every run measure is a mean of.
@@ -30,17 +31,19 @@ MODE_TOL = 0.05
 
 
 def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs: pd.DataFrame | None = None,
-               warmup: int | str | None = WARMUP) -> pd.DataFrame:
+               warmup: int | str | None = WARMUP, source: Source = "auto") -> pd.DataFrame:
     """Every step of every rank: its parts, whether warm-up dropped it, its samples.
 
     Returns
     -------
     pandas.DataFrame
-        One row per (run_id, rank, epoch, step): ``step_s``, ``data_s``, ``compute_s``
+        One row per (run_id, rank, epoch, step): ``source`` (``host`` or ``events``, see
+        :mod:`analysis.metrics.timesource`), ``step_s``, ``data_s``, ``compute_s``
         (forward + backward + optimizer), ``exposed_s`` (``sync_exposed``), ``other_s``,
         ``sync_total_s``, ``busy_s`` (data + forward + backward), ``wait_s`` (the slowest
-        rank's ``busy_s`` in that step minus this rank's), ``straggler_s``
-        (``min(wait_s, exposed_s)``), ``is_slowest``, ``warmup`` (the warm-up rule drops it),
+        rank's ``busy_s`` in that step minus this rank's; on device time of a run on one
+        host, the peer wait at the step's synchronisation, ``event_arrivals``), ``straggler_s``
+        (``min(wait_s, exposed_s)``), ``is_slowest`` (there: the last arriver), ``warmup`` (the warm-up rule drops it),
         ``samples`` (this rank's samples in the step; NaN when unknown), ``full`` (a full
         batch; True when unknown) and ``samples_source`` (``counted``: counted by the
         instrumentation, or given by the script and what the configured batch predicts;
@@ -59,10 +62,10 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
     step count does not match ⌈s/b⌉ (a run stopped mid-epoch) has only its last step marked
     partial, when s mod b > 0.
     """
-    b = time_breakdown(events, level="step", warmup=0)
+    b = time_breakdown(events, level="step", warmup=0, source=source)
     out = pd.DataFrame({
         "run_id": b["run_id"].astype(object), "rank": b["rank"], "epoch": b["epoch"], "step": b["step"],
-        "step_s": b["step_time_s"], "data_s": b["data_s"],
+        "source": b["source"], "step_s": b["step_time_s"], "data_s": b["data_s"],
         "compute_s": b["forward_s"] + b["backward_s"] + b["optimizer_s"],
         "exposed_s": b["sync_exposed_s"], "other_s": b["other_s"], "sync_total_s": b["sync_total_s"],
         "busy_s": b["data_s"] + b["forward_s"] + b["backward_s"],
@@ -76,9 +79,10 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
     mx = out.groupby(keys, dropna=False, observed=True)["busy_s"].transform("max")
     n = out.groupby(keys, dropna=False, observed=True)["rank"].transform("size")
     out["wait_s"] = np.where(n > 1, mx - out["busy_s"], 0.0)
-    out["straggler_s"] = np.minimum(out["wait_s"], out["exposed_s"])
     out["is_slowest"] = ((out["busy_s"] == mx) & (n > 1)).to_numpy(bool)
-    w = step_times(events)
+    _arrival_waits(out, events)
+    out["straggler_s"] = np.minimum(out["wait_s"], out["exposed_s"])
+    w = step_times(timed_view(events, run_sources(events, source)))
     w = w.assign(warmup=warmup_steps(w, warmup), run_id=w["run_id"].astype(object))
     k4 = ["run_id", "rank", "epoch", "step"]
     flag = w[[*k4, "warmup"]].astype({c: object for c in k4}).drop_duplicates(k4)
@@ -88,6 +92,30 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
     out = out.sort_values(["run_id", "rank", "epoch", "step"], kind="stable").reset_index(drop=True)
     out["samples"], out["full"], out["samples_source"] = _step_samples(out, runs, epochs)
     return out
+
+
+def _arrival_waits(out: pd.DataFrame, events: pd.DataFrame) -> None:
+    """On device time, a step's wait and slowest rank come from the arrivals at its
+    synchronisation (:func:`analysis.metrics.timesource.event_arrivals`: the last arriver,
+    each rank's peer wait), in place, for the runs whose ranks share one host (one clock);
+    elsewhere the busy-time difference stands (offset-free across hosts)."""
+    timed = out["source"] == "events"
+    if not timed.any() or "host" not in events:
+        return
+    arr = event_arrivals(events)
+    if arr.empty:
+        return
+    hosts = events[plain(events["kind"]) == "device_phase"].groupby(plain(events["run_id"]))["host"].nunique()
+    arr = arr[arr["run_id"].map(hosts).fillna(0).to_numpy() <= 1]
+    key = arr["run_id"].astype(str) + "/" + arr["rank"].astype(str) + "/" + arr["seq"].astype(str)
+    mine = out["run_id"].astype(str) + "/" + out["rank"].astype(str) + "/" + out["step"].astype(str)
+    hit = mine.map(pd.Series(arr.index, index=key.to_numpy())) if key.is_unique else pd.Series(np.nan, out.index)
+    use = (timed & hit.notna()).to_numpy()
+    if use.any():
+        rows = arr.loc[hit[use].astype(int).to_numpy()]
+        out.loc[use, "wait_s"] = rows["wait_s"].to_numpy()
+        out.loc[use, "is_slowest"] = (rows["last_rank"].to_numpy() == rows["rank"].to_numpy()) & \
+            (rows["n_ranks"].to_numpy() > 1)
 
 
 def _step_samples(steps: pd.DataFrame, runs: pd.DataFrame | None,
@@ -161,7 +189,7 @@ def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per run: ``n_steps`` (kept full steps), ``n_partial_steps`` (partial steps
+        One row per run: ``source`` (where its time came from), ``n_steps`` (kept full steps), ``n_partial_steps`` (partial steps
         left out), ``n_warmup_steps`` (dropped as warm-up), the :data:`PARTS` (s per step),
         ``samples_per_step`` (b: one rank's samples per kept step, mean over the steps of the
         mean over ranks; counted where :func:`step_table` counted them, else the configured
@@ -187,6 +215,7 @@ def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     out["work_source"] = _work_source(kept)
     part = steps[~steps["warmup"] & ~steps["full"]].drop_duplicates(keys).groupby("run_id").size()
     warm = steps[steps["warmup"]].drop_duplicates(keys).groupby("run_id").size()
+    out["source"] = steps.drop_duplicates("run_id").set_index("run_id")["source"].reindex(out.index)
     out["n_partial_steps"] = part.reindex(out.index).fillna(0).astype(int)
     out["n_warmup_steps"] = warm.reindex(out.index).fillna(0).astype(int)
     slow = kept[kept["is_slowest"]].groupby(["run_id", "rank"], observed=True).size()
@@ -203,9 +232,9 @@ def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     out["throughput_samples_per_s"] = (m["n_ranks"].astype(float) * b / m["step_s"]).to_numpy()
     out["data_frac"] = out["data_s"] / out["step_s"]
     out["sync_exposed_frac"] = out["exposed_s"] / out["step_s"]
-    cols = ["run_id", "n_steps", "n_partial_steps", "n_warmup_steps", *PARTS, "samples_per_step", "work_source",
-            "global_batch_size", "time_per_sample_s", "throughput_samples_per_s", "data_frac", "sync_exposed_frac",
-            "slowest_counts"]
+    cols = ["run_id", "source", "n_steps", "n_partial_steps", "n_warmup_steps", *PARTS, "samples_per_step",
+            "work_source", "global_batch_size", "time_per_sample_s", "throughput_samples_per_s", "data_frac",
+            "sync_exposed_frac", "slowest_counts"]
     return out[cols]
 
 
@@ -416,7 +445,7 @@ def neighbour_cpu(samples: pd.DataFrame | None) -> pd.Series:
 
 def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFrame | None = None,
                  samples: pd.DataFrame | None = None, warmup: int | str | None = WARMUP,
-                 by: Sequence[str] = ()) -> pd.DataFrame:
+                 by: Sequence[str] = (), source: Source = "auto") -> pd.DataFrame:
     """The one per-run table every study compares: runs metadata, :func:`run_measures`,
     ``outlier`` (why the run is left out of its configuration's mean, else None) and the
     :func:`cpu_contention` evidence (``contention``, ``contention_evidence``,
@@ -426,9 +455,11 @@ def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFra
     has an undisturbed repeat; ``n_repeats`` and ``n_disturbed`` count them).
 
     ``by``: extra columns that make runs different configurations (for the outlier test).
+    ``source``: host or device time (:mod:`analysis.metrics.timesource`; default: device
+    time where it was recorded).
     """
     require_columns(runs, ("run_id", "n_ranks", "batch_size"), "measure_runs")
-    steps = step_table(events, runs=runs, epochs=epochs, warmup=warmup)
+    steps = step_table(events, runs=runs, epochs=epochs, warmup=warmup, source=source)
     m = run_measures(steps, runs)
     meta = runs.assign(run_id=runs["run_id"].astype(object))
     out = meta.merge(m, on="run_id", how="inner", suffixes=("_configured", ""))

@@ -21,6 +21,7 @@ from analysis.metrics.breakdown import (
     time_breakdown,
     warmup_steps,
 )
+from analysis.metrics.timesource import run_sources, timed_view
 from analysis.schema import MACHINE_AXES
 
 
@@ -51,9 +52,10 @@ def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CAT
     Returns
     -------
     pandas.DataFrame
-        One row per (run_id, rank, epoch, step): ``sync_total_s`` (a gradient collective
-        in flight) and ``sync_exposed_s`` (the training thread waiting for it), in s (and
-        ``warmup`` with ``keep_warmup``). Ranks without any synchronisation record (runs
+        One row per (run_id, rank, epoch, step): ``source`` (host or device time, as
+        :func:`~analysis.metrics.breakdown.time_breakdown` chose it), ``sync_total_s`` (a
+        gradient collective in flight) and ``sync_exposed_s`` (the training thread, or on
+        device time the stream, waiting for it), in s (and ``warmup`` with ``keep_warmup``). Ranks without any synchronisation record (runs
         without a framework) give no rows.
 
     Notes
@@ -72,9 +74,9 @@ def sync_times(events: pd.DataFrame, *, comm_cats: Sequence[str] = IN_FLIGHT_CAT
                   if r in tl_runs and k == 0}
     per_step = time_breakdown(events, level="step", comm_cats=comm_cats, warmup=0 if keep_warmup else warmup)
     keep = [(r, k) in ranks for r, k in zip(per_step["run_id"], per_step["rank"].astype(object), strict=True)]
-    out = per_step.loc[keep, ["run_id", "rank", "epoch", "step", "sync_total_s", "sync_exposed_s"]]
+    out = per_step.loc[keep, ["run_id", "rank", "epoch", "step", "source", "sync_total_s", "sync_exposed_s"]]
     if keep_warmup:
-        w = step_times(events)
+        w = step_times(timed_view(events, run_sources(events)))
         k4 = ["run_id", "rank", "epoch", "step"]
         w = w.assign(warmup=warmup_steps(w, warmup))[[*k4, "warmup"]].astype({c: object for c in k4})
         out = out.astype({c: object for c in k4}).merge(w.drop_duplicates(k4), on=k4, how="left")

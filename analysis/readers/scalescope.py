@@ -273,7 +273,7 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
     """The event columns of a trace's records (one value per X or instant record), and
     how many records of other types were skipped, by type."""
     cols: dict[str, list] = {k: [] for k in (
-        "tid", "name", "kind", "cat", "start_ns", "dur_ns", "step", "epoch", "bytes", "tensor")}
+        "tid", "name", "kind", "cat", "start_ns", "dur_ns", "step", "epoch", "bytes", "tensor", "device")}
     skipped: dict[str, int] = {}
     notes: dict[str, int] = {}
     for r in recs:
@@ -306,6 +306,8 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
                 kind, cat = "phase", "phase"
             elif rcat == "comm":
                 kind, cat = "comm", ("hvd_hook" if args.get("hook") == "horovod" else "ddp_hook")
+            elif rcat == "device":  # a span timed by CUDA events (instrumentation.device)
+                kind, cat = "device_phase", ("device_comm" if args.get("of") == "comm" else "device")
             else:
                 kind, cat = "range", rcat
             if r.get("dur") is None:
@@ -340,6 +342,7 @@ def _event_columns(recs: list, path: Path) -> tuple[dict[str, list], dict[str, i
         cols["bytes"].append(_int(args.get("bytes"), 63, notes))
         bucket = args.get("bucket")
         cols["tensor"].append(None if bucket is None or kind != "comm" else f"bucket{bucket}")
+        cols["device"].append(_int(args.get("device"), 15, notes) if rcat == "device" else None)
     if notes:
         warnings.warn(f"{path}: " + "; ".join(f"{n} event(s) with {what}" for what, n in notes.items()),
                       RecoveryWarning, stacklevel=4)
@@ -386,14 +389,30 @@ def _parse_trace(path: Path, run_id: str | None) -> tuple[pd.DataFrame, dict]:
         host=None if clock.get("host") is None else _text(clock["host"])[0],
         pid=clock["os_pid"] if type(clock.get("os_pid")) is int and 0 <= clock["os_pid"] < 2**62 else None,
         source="scalescope_trace",
-        **{k: (pd.array(v, dtype="object") if k in ("step", "epoch", "bytes", "tid") else v)
+        **{k: (pd.array(v, dtype="object") if k in ("step", "epoch", "bytes", "tid", "device") else v)
            for k, v in cols.items()},
     )
+    _correct_device_anchor(df, end, path)
     if n:
         order = np.lexsort((-df["dur_ns"].to_numpy(), df["start_ns"].to_numpy()))
         df = df.iloc[order].reset_index(drop=True)
     info = {"clock": clock, "end": end, "closed": closed, "bytes_dropped": dropped}
     return df, info
+
+
+def _correct_device_anchor(df: pd.DataFrame, end: object, path: Path) -> None:
+    """Move the device rows by the anchor correction the timer measured (no event can run
+    before the host recorded it; ``docs/run-directory.md``), in place."""
+    dev = end.get("device") if isinstance(end, dict) else None
+    shift = dev.get("anchor_correction_ns") if isinstance(dev, dict) else None
+    if not shift:
+        return
+    if type(shift) is not int or not 0 < shift < 10**12:
+        warnings.warn(f"{path}: device anchor_correction_ns {shift!r} is not a plausible number of ns "
+                      "(ignored)", RecoveryWarning, stacklevel=4)
+        return
+    on_device = (df["kind"] == "device_phase") | ((df["kind"] == "marker") & (df["cat"] == "device"))
+    df.loc[on_device, "start_ns"] += shift
 
 
 def _clock_int(clock: dict, key: str, path: Path, *, default: int | None = None) -> int | None:
