@@ -364,6 +364,10 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
                                                                    (f"the runs at {n} ranks", g_all))
                                          if _ids(f) != _ids(base)]
     row["unreliable"] = unreliable(sides)
+    if row["unreliable"]:  # as in the Summary: no efficiency or speedup from disturbed sides
+        for c in ("efficiency", "speedup"):
+            row[c] = row[f"{c}_ci_low"] = row[f"{c}_ci_high"] = np.nan
+        row["efficiency_verdict"] = None
     row["work_source"] = work_source([g, base])
     row["threads_differ"] = threads_differ([("the baseline", base), (f"the runs at {n} ranks", g)])
     row["source"] = source

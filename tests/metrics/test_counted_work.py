@@ -134,6 +134,7 @@ def test_a_baseline_disturbed_in_most_repeats_is_flagged_and_never_the_headline(
     loss = scaling_loss(ev, runs, samples=samples, warmup=0)
     row = loss.set_index("n_ranks").loc[2]
     assert "the baseline: 2 of 3 repeat(s) ran beside other processes" in row["unreliable"]
+    assert np.isnan(row["efficiency"]) and np.isnan(row["speedup"])  # as in the Summary: no number
     (sentence,) = explain_loss(loss)
     assert "no efficiency is given, the comparison is unreliable" in sentence and "of ideal" not in sentence
     table = scaling_table(m.reset_index(), by=("config_backend", "batch_size")).set_index(["config_backend", "n_ranks"])
