@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -336,4 +335,10 @@ def main(experiments: Sequence[str] = (), *, port: int | None = None, no_browser
     else:
         print("no experiment given: the notebooks show the bundled samples in data/ "
               "(scalescope notebooks EXP [EXP ...] to show yours)")
-    return subprocess.call(cmd, env=env)
+    # JupyterLab replaces this process (as `exec` in a shell script): the PID the user sees is the
+    # server's, so stopping `scalescope notebooks` by its PID stops JupyterLab (a child would
+    # keep serving on the port after its parent was killed)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(cmd[0], cmd, env)
+    return 0  # reached only where execve is replaced (tests)

@@ -86,9 +86,13 @@ def load(dirs: Sequence[str | Path]) -> Context:
     for run_id, text in rs.runs[["run_id", "comm_warnings"]].dropna().itertuples(index=False):
         warnings.warn(f"{run_id}: {text}", UserWarning, stacklevel=1)  # NCCL WARN lines, sockets despite IB
     for run_id, first in rs.runs[["run_id", "resumed_from_epoch"]].dropna().itertuples(index=False):
-        warnings.warn(f"{run_id}: its first epoch is labelled {first}, not 0: it may have resumed from state it "
-                      "did not create (a checkpoint in its working directory; see `scalescope sweep --cwd`), "
-                      "or it counts epochs from 1", UserWarning, stacklevel=1)
+        if int(first) > 1:  # 0 and 1 are where scripts count from
+            warnings.warn(f"{run_id}: its first epoch is labelled {first}, not 0 or 1: it may have resumed from state "
+                          "it did not create (a checkpoint in its working directory; see `scalescope sweep --cwd`)",
+                          UserWarning, stacklevel=1)
+    for run_id, text in rs.runs[["run_id", "shared_reads"]].dropna().itertuples(index=False):
+        warnings.warn(f"{run_id}: it read {text} in the shared working directory: the runs are not independent "
+                      "(`scalescope sweep --cwd run` gives each run a directory of its own)", UserWarning, stacklevel=1)
     events, events_error = None, None
     try:
         events = rs.events
@@ -170,6 +174,8 @@ def render(ctx: Context, sections: Sequence[Section], dirs: Sequence[str | Path]
         "runs_table": _table_html(rs.runs[[c for c in runs_cols if c in rs.runs.columns]]),
         "n_runs": len(rs.runs), "n_ok": int(ok.sum()),
         "failed": [{"run_id": r.run_id, "status": r.status, "exit_code": _fmt(r.exit_code),
+                    "cause": getattr(r, "failure_cause", None), "rank": _fmt(getattr(r, "failure_rank", None)),
+                    "log": getattr(r, "failure_log", None), "hint": getattr(r, "failure_hint", None),
                     "log_tail": r.log_tail or "(no log)"} for r in rs.failed_runs().itertuples()],
         "damaged_table": _table_html(damaged) if len(damaged) else None,
         "n_damaged": len(damaged),

@@ -71,6 +71,9 @@ EPOCH_COLUMNS: dict[str, str] = {
     "peak_mem_mib": "float64",
     "peak_mem_kind": "object",
     "wall_ns": "Int64",
+    "steps": "Int64",
+    "samples_source": "object",
+    "implicit": "boolean",
 }
 
 
@@ -107,6 +110,10 @@ def _num(lo: float, hi: float = math.inf) -> Check:
 
 def _str(v: Any) -> str | None:
     return None if isinstance(v, str) else f"is {_show(v)}, not a string"
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else f"is {_show(v)}, not true or false"
 
 
 def _scalar(v: Any) -> str | None:
@@ -159,6 +166,8 @@ RUN_SCHEMA: dict[str, Any] = {
     "clock": {"reference_rank": _RANK, "offsets_ns": ("mapping", _int(-(2**62), 2**62)),
               "spread_ns": ("mapping", _int(0, 2**62))},
     "comm_capture": {}, "profilers": {}, "nvtx": {}, "horovod_timeline": {},
+    "failure": {"cause": _str, "cause_rank": _RANK, "log": _str, "hint": _str},
+    "shared_reads": ("list", {"path": _str, "written_by": _str, "rank": _RANK}),
 }
 
 def _real(v: Any) -> str | None:
@@ -170,7 +179,8 @@ def _real(v: Any) -> str | None:
 EPOCH_SCHEMA: dict[str, Any] = {
     "rank": _RANK, "epoch": _int(0, 2**31 - 1), "epoch_time_s": _num(0), "samples": _COUNT,
     "train_loss": _real, "val_loss": _real, "val_metric": _real, "peak_mem_mib": _num(0),
-    "peak_mem_kind": _str, "wall_ns": _int(0, 2**63 - 1),
+    "peak_mem_kind": _str, "wall_ns": _int(0, 2**63 - 1), "steps": _COUNT, "samples_source": _str,
+    "implicit": _bool,
 }
 
 #: ``experiment.json`` itself (its ``runs`` are checked entry by entry).
@@ -180,6 +190,8 @@ EXPERIMENT_SCHEMA: dict[str, Any] = {"name": _str, "created": _str, "command": _
 #: One entry of ``experiment.json``'s ``runs`` (``run_id`` is checked on its own).
 EXPERIMENT_RUN_SCHEMA: dict[str, Any] = {
     "status": _str, "exit_code": _ID, "log_tail": _str, "wall_s": _num(0),
+    "cause": _str, "cause_rank": _RANK, "log": _str, "hint": _str,
+    "shared_reads": ("list", {"path": _str, "written_by": _str, "rank": _RANK}), "wrote_shared": _list_of_str,
     "config": CONFIG_SCHEMA, "slurm": ("mapping", _scalar),
 }
 

@@ -63,6 +63,11 @@ RUN_COLUMNS: dict[str, str] = {
     "status": "object",
     "exit_code": "Int64",
     "log_tail": "object",
+    "failure_cause": "object",
+    "failure_rank": "Int64",
+    "failure_log": "object",
+    "failure_hint": "object",
+    "shared_reads": "object",
     "cluster": "object",
     "partition": "object",
     "nodes": "object",
@@ -229,6 +234,34 @@ def _placement(entry: dict, manifest: dict | None, config: dict) -> dict:
     return out
 
 
+def _shared_reads(reads: object) -> str | None:
+    """The files a run read that an earlier run wrote into the shared working directory, as
+    text (``snapshot.pt (written by baseline_np1_r1)``); None when none."""
+    if not isinstance(reads, list):
+        return None
+    words = [f"{Path(str(r.get('path'))).name} (written by {r.get('written_by')})" for r in reads
+             if isinstance(r, dict) and r.get("path")]
+    return ", ".join(words) or None
+
+
+def _failure(entry: dict, m: dict, status: str, log_tail: str | None, run_dir: Path | None) -> dict:
+    """A not-ok run's cause (the failing rank's exception line, as the sweep recorded it, else
+    read from its log tail), that rank, the log's path and the working-directory hint."""
+    keys = ("failure_cause", "failure_rank", "failure_log", "failure_hint")
+    if status == OK_STATUS:
+        return dict.fromkeys(keys)
+    f = m.get("failure") if isinstance(m.get("failure"), dict) else {}
+    cause = entry.get("cause") or f.get("cause")
+    if cause is None and log_tail:
+        from instrumentation.failure import exception_line, last_meaningful
+
+        found = exception_line(log_tail)
+        cause = found[0] if found else last_meaningful(log_tail)
+    log = entry.get("log") or f.get("log") or (str(run_dir / "stderr.log") if run_dir is not None else None)
+    return dict(zip(keys, (cause, entry.get("cause_rank", f.get("cause_rank")), log,
+                           entry.get("hint") or f.get("hint")), strict=True))
+
+
 def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest: dict | None) -> dict:
     m = manifest or {}
     config = m.get("config") or entry.get("config") or {}
@@ -261,6 +294,8 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         "status": status,
         "exit_code": exit_code,
         "log_tail": log_tail,
+        **_failure(entry, m, status, log_tail, run_dir),
+        "shared_reads": _shared_reads(entry.get("shared_reads") or m.get("shared_reads")),
         **_placement(entry, manifest, config),
         "framework": framework,
         "backend": backend,

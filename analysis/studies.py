@@ -218,11 +218,11 @@ def _summary(ctx: Context) -> Section:
     by = list(_config_by(ctx))
     cols = [*by, "n_ranks", "n_nodes", "n_runs", "n_outliers", "time_per_sample_s", "throughput_samples_per_s",
             "speedup", "speedup_ci_low", "speedup_ci_high", "efficiency_frac", "efficiency_frac_ci_low",
-            "efficiency_frac_ci_high", "efficiency_frac_verdict", "sync_exposed_frac", "data_frac", "repeats_for_5pct"]
+            "efficiency_frac_ci_high", "efficiency_frac_verdict", "sync_exposed_frac", "data_frac", "repeats_for_5pct",
+            "work_source", "unreliable"]
     t = table[[c for c in cols if c in table.columns]]
-    if "n_outliers" in t and not t["n_outliers"].any():
-        t = t.drop(columns=["n_outliers"])
-    sec.notes.extend(_reporting_notes(ctx, base))
+    t = t.drop(columns=[c for c in ("n_outliers", "unreliable") if c in t and not t[c].fillna(0).astype(bool).any()])
+    sec.notes.extend([*_reporting_notes(ctx, base), *M.explain_work(table)])
     sec.notes.extend(_thread_notes(ctx))
     for r in table.dropna(subset=["outliers"]).itertuples() if "outliers" in table else []:
         sec.notes.append(f"Outlier repeat(s) left out of {r.config_backend} at {int(r.n_ranks)} rank(s): {r.outliers}.")
@@ -285,8 +285,8 @@ def _study_why(ctx: Context) -> Section:
     drop = [c for c in loss.columns if c.endswith("_share") or (c.endswith(("_ci_low", "_ci_high"))
                                                                and not c.startswith(("gap_s", "efficiency")))]
     t = loss.drop(columns=drop)
-    t = t[[c for c in t.columns if not (t[c].isna().all() and c in ("outliers", "slowest_tied",
-                                                                     "contention_evidence"))]]
+    t = t[[c for c in t.columns if not (t[c].isna().all() and c in ("outliers", "slowest_tied", "contention_evidence",
+                                                                     "unreliable", "threads_differ"))]]
     sec.tables.append(("why_not_ideal", t, "Seconds per full step; causes sum to gap_s; efficiency = "
                                            "ideal_step_s / measured_step_s; X_verdict: cause X against 0 "
                                            "(efficiency: against 1)."))

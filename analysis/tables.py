@@ -98,6 +98,9 @@ _UNITS: tuple[tuple[str, str, str, float], ...] = (
     ("_s", "time", "ms", 1e3),
     ("_w", "power", "W", 1.0),
 )
+#: Fractions whose column names carry no ``_frac`` ("Why not ideal?"'s ``efficiency``): shown in %
+#: like the Summary's ``efficiency_frac``, so one quantity has one unit in every table.
+_FRACTIONS = frozenset({"efficiency"})
 _STATS: dict[str, str] = {"median": "median", "mean": "mean", "min": "min", "max": "max", "std": "std",
                           "stderr": "std. error", "sum": "sum", "q25": "25th pct.", "q75": "75th pct.",
                           "jump": "change at a new node"}
@@ -155,6 +158,8 @@ def describe(name: str) -> ColumnSpec:
             continue
         break
     stat = next((x for x in stats if x not in ("median", "mean")), stats[0] if stats else None)
+    if rest in _FRACTIONS and kind == "number":  # a fraction without its suffix: shown as every _frac is
+        kind, unit, factor = "pct", "%", 100.0
     if name.startswith("n_") and kind == "number":
         kind = "count"
     head = NAMES.get(name) or NAMES.get(rest) or _words(rest)
@@ -414,8 +419,11 @@ def _header_text(col: Column) -> str:
 
 _IMPOSSIBLE: tuple[tuple[str, str, float, str], ...] = (
     # base name, comparison, threshold, what it means
-    ("efficiency", ">", 1.0, "Efficiency above 100 %: faster than ideal scaling of its baseline (a slower "
-                             "baseline, caching or a smaller per-rank working set)"),
+    ("efficiency", ">", 1.0, "Efficiency above 100 %: faster than ideal scaling of its baseline. Likely causes, "
+                             "the common ones first: a baseline slowed by other processes (see its runs' neighbour "
+                             "CPU), work per step miscounted (the configured batch size where the script processes "
+                             "more or fewer samples per step: see the work source), or a per-rank working set that "
+                             "fits in cache (a real superlinear speedup)"),
     ("overhead", "<", 0.0, "Negative overhead: the framework's run was faster than the run without one"),
     ("speedup", "<", 0.0, "Negative speedup: a sign error in the input times"),
 )
@@ -633,6 +641,19 @@ def _latex_cell(c: Column, i: int) -> str:
     return latex_escape(v)
 
 
+def caption_headers(caption: str, kept: Sequence[Column], dropped: Sequence[Column], *,
+                    csv_name: str | None = None) -> str:
+    """``caption`` with each column name it mentions (``efficiency_frac_verdict``) replaced by
+    the header the table prints ("Efficiency verdict"), or, for a column left out of the
+    table, the header with where it is ("... (in summary.csv)")."""
+    names = {c.source: c.header for c in kept}
+    where = f" (in {csv_name})" if csv_name else " (not shown)"
+    names.update({c.source: c.header + where for c in dropped if c.source not in names})
+    for name in sorted(names, key=len, reverse=True):
+        caption = re.sub(rf"(?<![\w]){re.escape(str(name))}(?![\w])", lambda _m, n=name: names[n], caption)
+    return caption
+
+
 def to_latex(df: pd.DataFrame, *, caption: str | None = None, label: str | None = None, csv_name: str | None = None,
              width_pt: float = _TEXTWIDTH_PT, **kw) -> str:
     """A LaTeX ``table`` float of ``df`` for ``\\input`` under :data:`LATEX_PREAMBLE`: the columns
@@ -645,6 +666,7 @@ def to_latex(df: pd.DataFrame, *, caption: str | None = None, label: str | None 
     lines = ["\\begin{table}[htbp]", "% scalescope table; preamble: \\usepackage{booktabs} \\usepackage{graphicx}",
              "\\centering", "\\small", "\\sloppy"]
     if caption:
+        caption = caption_headers(caption, kept, dropped, csv_name=csv_name)
         lines.append(f"\\caption{{{latex_escape(caption, breakable=True)}}}")
     lines.append(f"\\label{{{latex_label(label or csv_name or 'table')}}}")
     lines.append("\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%")

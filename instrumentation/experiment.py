@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from instrumentation import commpath
+from instrumentation import commpath, shared_dir
 from instrumentation import threads as _threads
+from instrumentation.failure import counted_global_batch, finished_before_exit, run_failure
 from instrumentation.manifest import slurm_env, write_json_atomic
-from instrumentation.recorder import closed_status, trace_path
 
 __all__ = [
     "BACKENDS",
@@ -76,7 +76,8 @@ BACKENDS: dict[str, tuple[str, str]] = {
 EXPERIMENT_FORMAT = "scalescope.experiment"
 RUN_FORMAT = "scalescope.run"
 FORMAT_VERSION = 1
-#: ``--cwd``: ``run`` (each run in ``<run_dir>/work``, the default) or ``shared`` (the sweep's directory).
+#: ``--cwd``: ``shared`` (the sweep's directory, as torchrun, mpirun and sbatch do; the default) or
+#: ``run`` (each run in ``<run_dir>/work``, isolated).
 CWD_MODES = ("run", "shared")
 #: The working directory of a run inside its run directory (``--cwd run``).
 WORKDIR = "work"
@@ -118,8 +119,8 @@ class RunSpec:
     scaling: str = "strong"
     #: ``--threads N`` (threads per rank); ``None``: cores per rank (:func:`cores_per_rank`)
     threads: int | None = None
-    #: ``run``: the process runs in ``<run_dir>/work`` (its own); ``shared``: in the sweep's directory
-    cwd: str = "run"
+    #: ``shared``: the process runs in the sweep's directory (the default); ``run``: in ``<run_dir>/work``
+    cwd: str = "shared"
 
     @property
     def framework(self) -> str:
@@ -182,7 +183,7 @@ class RunSpec:
                    tuple((str(k), str(v)) for k, v in (cfg.get("vary") or {}).items()),
                    tuple((str(k), str(v)) for k, v in (cfg.get("labels") or {}).items()),
                    str(cfg.get("scaling") or "strong"),
-                   None if threads in (None, "auto") else int(threads), str(cfg.get("cwd") or "run"))
+                   None if threads in (None, "auto") else int(threads), str(cfg.get("cwd") or "shared"))
 
 
 def _slug(value: str) -> str:
@@ -209,7 +210,7 @@ def plan_runs(
     labels: Sequence[tuple[str, str]] = (),
     scaling: str = "strong",
     threads: int | None = None,
-    cwd: str = "run",
+    cwd: str = "shared",
 ) -> list[RunSpec]:
     """Every run of a sweep, in launch order.
 
@@ -285,7 +286,8 @@ def resolve_script(script: Sequence[str], *, python: str | None = None,
 
     A command starting with a ``.py`` file gets the interpreter prepended. With ``user_cwd``
     (the directory the sweep was started in), every argument that names an existing file or
-    directory relative to it (also the value of ``--opt=path``) is made absolute, so the
+    directory relative to it (also the value of ``--opt=path`` and of a ``key=path``
+    override) is made absolute, so the
     script and its inputs resolve as typed although the run executes in a working directory
     of its own; the module of ``-m`` and the code of ``-c`` are left alone.
     """
@@ -318,12 +320,17 @@ def _absolute_paths(cmd: list[str], user_cwd: Path) -> list[str]:
         elif arg in ("-m", "-c"):
             out.append(arg)
             keep_next = True
-        elif arg.startswith("--") and "=" in arg:
+        elif (arg.startswith("--") and "=" in arg) or (_OVERRIDE.match(arg) and not (user_cwd / arg).exists()):
             name, _, value = arg.partition("=")
             out.append(f"{name}={absolute(value)}")
         else:
             out.append(absolute(arg))
     return out
+
+
+#: A ``key=value`` override (hydra's ``data.path=x``, ``+key=x``, ``++key=x``, ``~key``): its value
+#: is a path argument like any other.
+_OVERRIDE = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.\-/@]*=.")
 
 
 def with_user_path(env: dict[str, str], cmd: Sequence[str], user_cwd: str | os.PathLike[str]) -> dict[str, str]:
@@ -558,17 +565,25 @@ def finalize_run(
     exit_note = None
     if status is None:
         status = classify_exit(exit_code, log_text)
-        if status == "failed" and _finished_before_exit(run_dir, manifest):
+        if status == "failed" and finished_before_exit(run_dir, manifest):
             status = "ok"
-            exit_note = (f"exit code {exit_code} after training finished: every rank closed its "
-                         "trace and rank 0 recorded status ok, so the data is complete (a crash "
-                         "in interpreter teardown, e.g. a DDP model alive after "
-                         "destroy_process_group; see docs/instrumentation.md)")
+            exit_note = (f"exit code {exit_code} after training finished: every rank trained, closed its "
+                         "trace and rank 0's script reached its own end (finish() or its last epoch_end), "
+                         "so the data is complete (a crash in interpreter teardown, e.g. a DDP model alive "
+                         "after destroy_process_group; see docs/instrumentation.md)")
     manifest["status"] = status
     manifest["exit_code"] = exit_code
+    counted = counted_global_batch(run_dir, manifest.get("world_size"))
+    if counted is not None:  # what every rank's steps processed, not batch_size · world_size
+        manifest["global_batch_size"], manifest["global_batch_size_source"] = counted, "counted"
     _threads.merge_rank_files(run_dir, manifest)  # ranks whose script changed their threads after init
     if exit_note:
         manifest["exit_note"] = exit_note
+    if status != "ok":
+        manifest["failure"] = run_failure(run_dir, manifest)
+    reads = shared_dir.collect_reads(run_dir)  # files earlier runs wrote into the shared directory
+    if reads:
+        manifest["shared_reads"] = reads
     if manifest.get("config") is None:
         manifest["config"] = spec.config(experiment=experiment)
     if manifest.get("slurm") is None:  # the training never wrote one: the job's variables still count
@@ -585,21 +600,13 @@ def finalize_run(
              "command": command}
     if status != "ok" or exit_note:
         entry["log_tail"] = log_tail(run_dir)
+    if status != "ok":
+        entry.update(run_failure(run_dir, manifest))
+    if reads:
+        entry["shared_reads"] = reads
     if exit_note:
         entry["exit_note"] = exit_note
     return entry
-
-
-def _finished_before_exit(run_dir: Path, manifest: dict) -> bool:
-    """Did the training finish (rank 0's ``finish()`` wrote status ok and every rank closed
-    its trace with status ok) before the process tree exited non-zero?"""
-    if manifest.get("status") != "ok" or not manifest.get("end_time"):
-        return False
-    world = manifest.get("world_size")
-    if not isinstance(world, int) or world < 1:
-        return False
-    # a rank stopped by SIGTERM closes "killed"; one that died leaves its trace open
-    return all(closed_status(trace_path(run_dir, rank)) == "ok" for rank in range(world))
 
 
 # ---------------------------------------------------------------------------------------

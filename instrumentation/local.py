@@ -11,6 +11,7 @@ the record come from :mod:`instrumentation.experiment`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from instrumentation import shared_dir
 from instrumentation.experiment import (
     Experiment,
     RankWrapper,
@@ -36,9 +38,10 @@ from instrumentation.experiment import (
     with_user_path,
     workdir,
 )
-from instrumentation.progress import Progress
+from instrumentation.progress import Progress, printable
 
-__all__ = ["KILL_GRACE_S", "LocalOptions", "check_tools", "dry_run", "execute", "launch_command", "run_local"]
+__all__ = ["KILL_GRACE_S", "LocalOptions", "check_tools", "dry_run", "execute", "failure_line", "launch_command",
+           "run_local"]
 
 #: Seconds between SIGTERM and SIGKILL when a run is stopped.
 KILL_GRACE_S = 10.0
@@ -145,6 +148,7 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
                      master_port=free_port() if spec.framework == "none" else None), **opts.extra_env}
     env = with_user_path(env, cmd, user_cwd)
     cwd = workdir(spec, run_dir, user_cwd=user_cwd)
+    before = _watch_shared(spec, exp, run_dir, user_cwd, env)
     started = now()
     exp.set({**exp.entries[spec.run_id], "status": "running", "start_time": started, "command": cmd})
     progress.start(spec.run_id)
@@ -161,6 +165,8 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
     wall = time.monotonic() - t0
     entry = finalize_run(run_dir, spec, exit_code=code, status=override, experiment=exp.name,
                          command=cmd, wall_s=wall)
+    if before is not None:
+        entry["wrote_shared"] = shared_dir.changed(before, shared_dir.snapshot(user_cwd, skip=(exp.out,)))
     if opts.after_run is not None and not interrupted:
         opts.after_run(run_dir, spec)
     exp.set({**entry, "start_time": started, "end_time": now()})
@@ -172,7 +178,42 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
                     counted=entry["status"] == "ok")
     if entry.get("exit_note"):
         progress.print(f"scalescope sweep: warning: {spec.run_id}: {entry['exit_note']}")
+    if entry["status"] != "ok":
+        progress.print(printable(failure_line(entry)))
+    for read in entry.get("shared_reads") or []:
+        progress.print(printable(f"scalescope sweep: warning: {spec.run_id} read {read['path']}, which run "
+                                 f"{read['written_by']} wrote into the shared working directory: the runs are not "
+                                 "independent (--cwd run gives each run a directory of its own)"))
     return True
+
+
+def _watch_shared(spec: RunSpec, exp: Experiment, run_dir: Path, user_cwd: Path, env: dict) -> dict | None:
+    """In the shared working directory: the directory's snapshot before the run, and the
+    files earlier runs wrote there handed to the run's instrumentation
+    (``$SCALESCOPE_SHARED_WRITTEN``) so a read of one is named on the run; ``None`` otherwise."""
+    env.pop(shared_dir.ENV, None)
+    if spec.cwd != "shared":
+        return None
+    # every run's files, this run's earlier attempt's too (a retried run that resumes from itself)
+    earlier = shared_dir.written_by_earlier(user_cwd, list(exp.entries.values()))
+    if earlier:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        listing = run_dir / ".shared_written.json"
+        listing.write_text(json.dumps(earlier), encoding="utf-8")
+        env[shared_dir.ENV] = str(listing)
+    return shared_dir.snapshot(user_cwd, skip=(exp.out,))
+
+
+def failure_line(entry: dict) -> str:
+    """What a user reads under a failed run's line: the failing rank's exception, the log and,
+    for a missing relative path, where the run executed and how to change it."""
+    rank = entry.get("cause_rank")
+    cause = entry.get("cause") or "no error message in its logs"
+    line = (f"  {entry['run_id']}: {'rank ' + str(rank) + ': ' if rank is not None else ''}{cause}"
+            f"\n  log: {entry.get('log') or '-'}")
+    if entry.get("hint"):
+        line += f"\n  {entry['hint']}"
+    return line
 
 
 # ---------------------------------------------------------------------------------------

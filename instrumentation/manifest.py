@@ -23,6 +23,7 @@ __all__ = [
     "FORMAT_VERSION",
     "RESERVED_KEYS",
     "build_manifest",
+    "end_record",
     "iso_now",
     "versions",
     "write_json_atomic",
@@ -219,3 +220,13 @@ def _write_text_atomic(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def end_record(by: str, *, steps: int, epoch_ends: int, epochs: object) -> dict:
+    """``run.json`` ``end``: how rank 0's recording ended (``by``: ``script`` when the script
+    called ``finish()``, ``exit``, ``exception``, ``signal``) and what it had done by then. The
+    sweep keeps a non-zero exit ``ok`` only when the script trained and reached its own end
+    (``docs/run-directory.md``); ``epochs`` is the planned number from ``init(config=...)``."""
+    planned = epochs if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 else None
+    return {"by": by, "steps": int(steps), "epoch_ends": int(epoch_ends), "epochs_planned": planned,
+            "last_epoch_reached": None if planned is None else epoch_ends >= planned}

@@ -26,6 +26,7 @@ from instrumentation import horovod_timeline as _hvt
 from instrumentation import manifest as _mf
 from instrumentation import nvtx_ranges as _nvtx
 from instrumentation import phases as _ph
+from instrumentation import shared_dir as _shared
 from instrumentation import threads as _threads
 from instrumentation import torch_profiler as _tp
 from instrumentation._env import env_float, env_str, warn_once
@@ -179,8 +180,12 @@ class _Comm:
             raise RuntimeError("framework 'horovod' but Horovod is not initialised: call "
                                "hvd.init() before instrumentation.init()")
         if framework == "ddp" and self.dist is None:
-            raise RuntimeError("framework 'ddp' but torch.distributed is not initialised: call "
-                               "dist.init_process_group() before instrumentation.init()")
+            if os.environ.get("WORLD_SIZE", "1") != "1":
+                raise RuntimeError("framework 'ddp' but torch.distributed is not initialised: call "
+                                   "dist.init_process_group() before instrumentation.init()")
+            # torchrun at one process, a script whose group is only for more: `if world_size > 1: ...`
+            warn_once("ddp-one-process", "framework 'ddp' at one process without a process group: "
+                      "recording this process alone")
 
     def rank(self) -> int:
         if self.hvd is not None:
@@ -347,6 +352,7 @@ def _init(run: Run, *, run_dir, framework, config, tags, sample_interval_s, nvtx
     by_host = _group_by_host(infos)
     _adopt_run_dir(run, infos)
     nvtx_mode = _open_trace(run, anchor, nvtx=nvtx, flush_interval_s=flush_interval_s)
+    _shared.watch_reads(run.run_dir, run.rank)  # files earlier runs of a sweep wrote into this directory
     samplers = _choose_samplers(by_host, interval=interval)
     _start_sampler(run, samplers[run.host], by_host[run.host], interval=interval)
     if comm.hvd is not None:
@@ -413,9 +419,9 @@ def _describe_process(m: dict, framework: str) -> None:
 
 
 def _on_epoch_end(line: dict) -> None:
-    """After each epoch (every rank): rank 0 flags a run whose first epoch label is not 0 (it
-    resumed from state it did not create: a checkpoint in its working directory) and writes
-    what was noted since the last write (gradient bytes)."""
+    """After each epoch (every rank): rank 0 flags a run whose first epoch label is above 1 (it
+    resumed from state it did not create: a checkpoint in its working directory; 0 and 1 are
+    where scripts count from) and writes what was noted since the last write (gradient bytes)."""
     run = _RUN
     if run is None:
         return
@@ -424,10 +430,10 @@ def _on_epoch_end(line: dict) -> None:
     if run.manifest is None:
         return
     first = _ph.S.first_epoch
-    if _ph.S.n_epoch_ends == 1 and first not in (None, 0) and run.manifest.get("resumed_from_epoch") is None:
+    if _ph.S.n_epoch_ends == 1 and first not in (None, 0, 1) and run.manifest.get("resumed_from_epoch") is None:
         run.manifest["resumed_from_epoch"] = first
         run.manifest_dirty = True
-        warn_once("resumed", f"the first epoch is labelled {first}, not 0: this run may have resumed from state "
+        warn_once("resumed", f"the first epoch is labelled {first}, not 0 or 1: this run may have resumed from state "
                   "it did not create (a checkpoint in its working directory); run.json resumed_from_epoch says so")
     if run.manifest_dirty:
         run.manifest_dirty = False
@@ -669,8 +675,14 @@ def finish(status: str = "ok") -> None:
 
     Notes
     -----
-    Local only (no collective): safe when other ranks have died. Idempotent.
+    Local only (no collective): safe when other ranks have died. Idempotent. A call from the
+    script is recorded as the script reaching its end (``run.json`` ``end.by: "script"``);
+    the exit handlers record ``exit``, ``exception`` or ``signal`` instead.
     """
+    _finish_by(status, by="script")
+
+
+def _finish_by(status: str, *, by: str) -> None:
     run = _RUN
     if run is None or run.finished or os.getpid() != run.owner_pid:
         return
@@ -679,14 +691,16 @@ def finish(status: str = "ok") -> None:
             return
         run.finished = True
         try:
-            _finish(run, status)
+            _finish(run, status, by=by)
         except Exception as exc:
             warn_once("finish", f"finish failed: {exc!r}")
 
 
-def _finish(run: Run, status: str) -> None:
+def _finish(run: Run, status: str, *, by: str = "script") -> None:
     run.status = status
     S = _ph.S
+    # how it ended and what it had done, before finish()'s implicit epoch is counted
+    end = _mf.end_record(by, steps=S.step, epoch_ends=S.n_epoch_ends, epochs=(run.manifest or {}).get("epochs"))
     if status == "ok":
         _ph.close_implicit_epoch()  # steps after the last epoch_end (all of them without epochs)
         _ph.step_end()
@@ -710,6 +724,7 @@ def _finish(run: Run, status: str) -> None:
     if run.manifest is not None:
         run.manifest["status"] = status
         run.manifest["end_time"] = _mf.iso_now()
+        run.manifest["end"] = end
         if run.sampler is not None and run.sampler.error:
             run.manifest["sampler"]["error"] = run.sampler.error
         if run.recorder is not None and not run.recorder.enabled:
@@ -738,7 +753,7 @@ def _device_summary(S) -> dict:
 
 
 def _atexit() -> None:
-    finish(status=_exc_status or "ok")
+    _finish_by(_exc_status or "ok", by="exception" if _exc_status else "exit")
 
 
 def _excepthook(exc_type, exc, tb) -> None:
@@ -748,11 +763,11 @@ def _excepthook(exc_type, exc, tb) -> None:
     try:
         prev(exc_type, exc, tb)
     finally:
-        finish(status=_exc_status)
+        _finish_by(_exc_status, by="exception")
 
 
 def _sigterm(signum, frame) -> None:
-    finish(status="killed")
+    _finish_by("killed", by="signal")
     prev = _prev_sigterm
     if callable(prev):
         prev(signum, frame)

@@ -149,6 +149,7 @@ class Sampler:
         self._ps = psutil
         psutil.cpu_percent(percpu=True)  # primes the per-core counters
         self._procs: dict[int, object] = {}
+        self._kids: dict[int, object] = {}  # the ranks' child processes (DataLoader workers), primed
         for rank, pid in sorted(self.pids.items()):
             try:
                 p = psutil.Process(pid)
@@ -167,10 +168,32 @@ class Sampler:
                 with p.oneshot():  # type: ignore[attr-defined]
                     cpu = p.cpu_percent()  # type: ignore[attr-defined]
                     rss = p.memory_info().rss / 2**20  # type: ignore[attr-defined]
+                cpu += self._children_cpu(p)
                 rows.append(f"{ts},{self.host},,{rank},{_fmt(float(cpu))},{_fmt(rss)}")
             except Exception:  # the process ended: stop sampling it
                 del self._procs[rank]
         return rows
+
+    def _children_cpu(self, p: object) -> float:
+        """The CPU of a rank's child processes (DataLoader workers) since the last sample, so
+        that the rank's row is the rank's whole work and no worker is taken for a neighbour; a
+        child is counted from its second sample on (the first primes its counter)."""
+        total = 0.0
+        try:
+            kids = p.children(recursive=True)  # type: ignore[attr-defined]
+        except Exception:
+            return 0.0
+        for kid in kids:
+            known = self._kids.get(kid.pid)
+            try:
+                if known is None:
+                    self._kids[kid.pid] = kid
+                    kid.cpu_percent()
+                else:
+                    total += known.cpu_percent()  # type: ignore[attr-defined]
+            except Exception:  # it ended between the listing and the read
+                self._kids.pop(kid.pid, None)
+        return total
 
     # -- thread -------------------------------------------------------------------------
     def start(self) -> bool:

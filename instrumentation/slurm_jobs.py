@@ -34,6 +34,7 @@ from instrumentation.experiment import (
     summary,
     update_entries,
 )
+from instrumentation.failure import exception_line, last_meaningful
 from instrumentation.progress import Progress, fmt_seconds, printable
 
 __all__ = ["ACTIVE_STATUSES", "reconcile", "script_path", "status_main", "status_rows", "submit", "wait"]
@@ -242,12 +243,29 @@ def status_rows(out: Path) -> tuple[list[dict], str | None]:
         status = e.get("status") or "unknown"
         if status == "running" and not slurm:  # a local run: its own manifest may know better
             status = _run_manifest_status(out / run_id) or status
-        tail = (e.get("log_tail") or "").strip().splitlines()
-        note = e.get("exit_note") or (tail[-1] if tail else "")
+        cause = e.get("cause") or _cause_from_tail(e.get("log_tail"))
+        note = e.get("exit_note") or cause or ""
         rows.append({"run_id": run_id, "status": status, "job_id": slurm.get("job_id"),
                      "slurm_state": slurm.get("state") or _live_state(status, slurm),
-                     "wall_s": e.get("wall_s"), "note": note})
+                     "wall_s": e.get("wall_s"), "note": note,
+                     "cause": cause if status in FINAL_STATUSES and status != "ok" else None,
+                     "cause_rank": e.get("cause_rank"), "log": e.get("log") or str(out / run_id / "stderr.log"),
+                     "hint": e.get("hint")})
     return rows, problem
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, a cut one ending in "…" (the whole cause follows the table)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _cause_from_tail(tail: object) -> str | None:
+    """The exception line in a recorded log tail (entries written before ``cause`` existed),
+    else its last line that is not a launcher's banner."""
+    if not isinstance(tail, str) or not tail.strip():
+        return None
+    found = exception_line(tail)
+    return found[0] if found else last_meaningful(tail)
 
 
 def _live_state(status: str, slurm: dict) -> str | None:
@@ -275,11 +293,16 @@ def status_main(out: Path) -> int:
     # every cell may come from a file (a log tail's last line, a manifest's run id): escaped
     table = [tuple(printable(x) for x in (
                  r["run_id"], r["status"], r["job_id"] or "-", r["slurm_state"] or "-",
-                 "-" if r["wall_s"] is None else fmt_seconds(float(r["wall_s"])), (r["note"] or "")[:60]))
+                 "-" if r["wall_s"] is None else fmt_seconds(float(r["wall_s"])), _cut(r["note"] or "", 60)))
              for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=False)]
     for line in (header, *table):
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
+    for r in rows:  # the cause of each run that did not end ok, in full, with its log
+        if r["cause"]:
+            rank = f"rank {r['cause_rank']}: " if r["cause_rank"] is not None else ""
+            print(printable(f"  {r['run_id']}: {r['status']}: {rank}{r['cause']}\n    log: {r['log']}"
+                            + (f"\n    {r['hint']}" if r["hint"] else "")))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

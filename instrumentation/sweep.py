@@ -85,10 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CPU threads per rank (OMP_NUM_THREADS and torch's intra-op threads, set through "
                              "the instrumentation) for every launcher and the baseline; default: the cores per "
                              "rank, floor(CPUs available / ranks per host), at least 1")
-    parser.add_argument("--cwd", choices=("run", "shared"), default="run",
-                        help="where each run executes: run (default): a working directory of its own, "
-                             "<run>/work, so nothing a script writes leaks into the next run; shared: the "
-                             "directory the sweep was started in (the user's directory is always "
+    parser.add_argument("--cwd", choices=("shared", "run"), default="shared",
+                        help="where each run executes: shared (default): the directory the sweep was started "
+                             "in, as torchrun, mpirun and sbatch do (a file one run writes there and the next "
+                             "reads is named on that run); run: a working directory of its own, <run>/work, so "
+                             "nothing a script writes leaks into the next run (the user's directory is always "
                              "$SCALESCOPE_USER_CWD)")
     parser.add_argument("--out", required=True, type=Path, help="experiment directory, e.g. runs/EXP")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -190,7 +191,7 @@ def _plan(args: argparse.Namespace) -> list[RunSpec]:
     return plan_runs(nps=nps, backends=backends, batch_sizes=batch_sizes, repeats=args.repeats,
                      baseline=args.baseline, vary=vary, labels=_parse_labels(getattr(args, "label", [])),
                      scaling=getattr(args, "scaling", "strong"), threads=threads,
-                     cwd=getattr(args, "cwd", "run") or "run")
+                     cwd=getattr(args, "cwd", "shared") or "shared")
 
 
 def _sweep_command() -> list[str]:

@@ -65,8 +65,14 @@ def test_scaling_against_the_baseline(exp):
     base = table[table["config_backend"] == "none"]
     assert (base["speedup"] == 1).all()
     two = table[table["n_ranks"] == 2]
-    assert len(two) >= 1 and (two["speedup"] > 0).all()
-    assert ((two["efficiency_frac"] - two["speedup"] / 2).abs() < 1e-9).all()
+    # a row whose runs' own CPU samples show other processes taking cores they needed (a loaded
+    # machine) gives no number, and says why (issue 34)
+    unreliable = two["unreliable"].notna() if "unreliable" in two else pd.Series(False, index=two.index)
+    assert two.loc[unreliable, "unreliable"].str.contains("ran beside other processes").all()
+    assert two.loc[unreliable, "speedup"].isna().all()
+    given = two[~unreliable]
+    assert len(two) >= 1 and (given["speedup"] > 0).all()
+    assert ((given["efficiency_frac"] - given["speedup"] / 2).abs() < 1e-9).all()
 
 
 def test_report_on_the_real_experiment(exp, tmp_path):

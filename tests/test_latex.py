@@ -99,3 +99,15 @@ def test_the_check_catches_errors_and_overfull_boxes(tmp_path):
     problems = compile_tables([wide, broken], tmp_path / "build")
     assert any("Overfull" in p for p in problems["wide.tex"])
     assert any(p.startswith("!") for p in problems["broken.tex"])
+
+
+def test_captions_name_the_columns_by_the_headers_the_table_prints():
+    from analysis.tables import to_latex
+
+    df = pd.DataFrame({"config_backend": ["ddp-gloo"], "n_ranks": [2], "efficiency_frac": [0.8],
+                       "efficiency_frac_verdict": ["distinguishable"], "repeats_for_5pct": [4]})
+    tex = to_latex(df, caption="efficiency_frac_verdict: against 1; repeats_for_5pct: repeats per side.",
+                   csv_name="summary.csv", width_pt=80)
+    caption = re.search(r"\\caption\{(.*)\}", tex).group(1).replace("\\allowbreak{}", "").replace("\\_", "_")
+    assert "efficiency_frac_verdict" not in caption and "repeats_for_5pct:" not in caption
+    assert "(in summary.csv)" in caption  # a column too wide for 80 pt is named with where it is

@@ -221,14 +221,15 @@ def test_command_points_jupyter_at_the_experiments(monkeypatch, tmp_path, capsys
     (exp / "run1").mkdir(parents=True)
     (exp / "run1" / "run.json").write_text("{}")
     calls = []
-    monkeypatch.setattr(nbs.subprocess, "call", lambda cmd, env: calls.append((cmd, env)) or 0)
+    # JupyterLab replaces the process (exec): stopping `scalescope notebooks` by its PID stops the server
+    monkeypatch.setattr(nbs.os, "execve", lambda path, cmd, env: calls.append((path, cmd, env)))
     monkeypatch.setattr(nbs, "jupyter_command", lambda **kw: ["jupyter", "lab", *(f"{k}={v}" for k, v in kw.items())])
     from analysis.cli import build_parser
 
     args = build_parser().parse_args(["notebooks", str(exp), str(exp), "--port", "8899", "--no-browser"])
     assert args.func(args) == 0
-    (cmd, env), = calls
-    assert cmd == ["jupyter", "lab", "port=8899", "no_browser=True"]
+    (path, cmd, env), = calls
+    assert path == "jupyter" and cmd == ["jupyter", "lab", "port=8899", "no_browser=True"]
     assert env[nbs.ENV_VAR] == f"{exp}{os.pathsep}{exp}"
     assert str(exp / nbs.EXPORT_DIRNAME) in capsys.readouterr().out
 

@@ -67,10 +67,12 @@ def test_note_on_efficiency_above_one_says_within_noise_from_the_verdict_or_inte
                        "efficiency_ci_high": [1.3, 1.2, 0.9]})
     notes = tables.humanize(df).attrs["notes"]
     assert len(notes) == 1 and notes[0].startswith("Efficiency above 100 %")
-    assert "a 1 ranks: 1.22, distinguishable" in notes[0] and "b 1 ranks: 1.05, within noise" in notes[0]
+    # "Why not ideal?"'s efficiency (a fraction without _frac) is shown in % like the Summary's
+    assert "a 1 ranks: 122.0 %, distinguishable" in notes[0] and "b 1 ranks: 105.0 %, within noise" in notes[0]
+    assert "a baseline slowed by other processes" in notes[0] and "work per step miscounted" in notes[0]
     v = tables.humanize(df.assign(verdict=["within noise", "no interval (n<3)", "distinguishable"])
                         .drop(columns=["efficiency_ci_low", "efficiency_ci_high"])).attrs["notes"][0]
-    assert "a 1 ranks: 1.22, within noise" in v and "fewer than 3 repeats" in v
+    assert "a 1 ranks: 122.0 %, within noise" in v and "fewer than 3 repeats" in v
 
 
 def test_note_on_negative_overhead_and_none_for_ordinary_numbers():

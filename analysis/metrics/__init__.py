@@ -52,6 +52,7 @@ from analysis.metrics.overhead import framework_overhead
 from analysis.metrics.scaling import (
     compare_groups,
     epoch_times,
+    explain_work,
     fit_speedup,
     node_boundaries,
     run_speedups,
@@ -103,6 +104,7 @@ __all__ = [
     "event_arrivals",
     "explain_blocking",
     "explain_loss",
+    "explain_work",
     "exposed_comm",
     "final_losses",
     "find_max_records",

@@ -12,7 +12,9 @@ Per run, every part is the mean over its kept full steps of the mean over its ra
 are not outliers (:func:`analysis.metrics.stats.flag_outliers`). With B the baseline, R the
 configuration's one-rank framework runs (uninjected) and G its runs at ``n`` ranks:
 
-* ``ideal_step_s`` = B.step, ``gap_s`` = G.step - B.step, ``efficiency`` = B.step / G.step;
+* ``ideal_step_s`` = B.step, ``gap_s`` = G.step - B.step, ``efficiency`` = B.step / G.step,
+  every run's parts first brought to G's work per step (times G's samples per rank per step
+  over its own: the counted work, so a step that holds fewer samples is not taken as faster);
 * ``framework_s`` = R.step - B.step (the one-rank overhead; 0 without R);
 * ``data_s`` = G.data - R.data; ``compute_s`` = G.compute - R.compute;
   ``other_s`` = G.other - R.other;
@@ -47,6 +49,9 @@ from analysis.metrics.measures import (
     select_baseline,
     slowest,
     step_table,
+    threads_differ,
+    unreliable,
+    work_source,
 )
 from analysis.metrics.stats import (
     CONFIDENCE,
@@ -218,7 +223,7 @@ def _loss_table(events: pd.DataFrame, runs: pd.DataFrame, measured: pd.DataFrame
         measured = measure_runs(events, runs, epochs=epochs, samples=samples, warmup=warmup, by=by, source=source)
     if measured.empty:
         raise ScalescopeError("no run has training-phase records (kind 'phase') to split the step time")
-    cols = list(dict.fromkeys(["run_id", "framework", "n_ranks", *by, *match]))
+    cols = list(dict.fromkeys(["run_id", "framework", "n_ranks", *by, *match, "threads_per_rank"]))
     table = measured.copy()
     for c in cols:
         if c not in table and c in runs:
@@ -305,7 +310,9 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
             where[ids] = len(sides)
             sides.append(frame)
         role[name] = where[ids]
-    b = float(np.nanmean(g["batch_size"].astype(float))) if "batch_size" in g else np.nan
+    b = _work(g) if "samples_per_step" in g else np.nan
+    if not np.isfinite(b):
+        b = float(np.nanmean(g["batch_size"].astype(float))) if "batch_size" in g else np.nan
     n0 = float(base["n_ranks"].astype(float).mean())
     source = _source_of(base, ref, g)
     # CPU contention slows host work; device compute it cannot slow (a slower launch shows
@@ -329,7 +336,7 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
         }
         return np.array([vals[c] for c in cols])
 
-    values = [s[parts].astype(float).to_numpy() for s in sides]
+    values = [_per_work(s, parts, b) for s in sides]
     ratios = [c in ("efficiency", "speedup", "time_per_sample_s", "throughput_samples_per_s") for c in cols]
     est, lo, hi = delta_interval(fn, values, confidence=confidence, log=ratios)
     row = {**cfg, "n_ranks": n, "n_runs": len(g), "n_outliers": len(g_all) - len(g),
@@ -353,6 +360,16 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
     cvs = [c for c in (run_cv(g["step_s"]), run_cv(base["step_s"])) if np.isfinite(c)]
     row["repeats_for_5pct"] = repeats_to_resolve(float(np.sqrt(np.mean(np.square(cvs))))) if cvs else np.nan
     row["contention_evidence"] = evidence if cont and row["contention_s"] > 0 else None
+    sides = [("the baseline", base)] + [(name, f) for name, f in (("the one-rank runs", ref),
+                                                                   (f"the runs at {n} ranks", g_all))
+                                         if _ids(f) != _ids(base)]
+    row["unreliable"] = unreliable(sides)
+    if row["unreliable"]:  # as in the Summary: no efficiency or speedup from disturbed sides
+        for c in ("efficiency", "speedup"):
+            row[c] = row[f"{c}_ci_low"] = row[f"{c}_ci_high"] = np.nan
+        row["efficiency_verdict"] = None
+    row["work_source"] = work_source([g, base])
+    row["threads_differ"] = threads_differ([("the baseline", base), (f"the runs at {n} ranks", g)])
     row["source"] = source
     return row
 
@@ -360,6 +377,26 @@ def _loss_row(cfg: dict, n: int, g: pd.DataFrame, g_all: pd.DataFrame, base: pd.
 def _source_of(*sides: pd.DataFrame) -> str:
     """Where a row's time came from: the runs' one ``source``, or ``mixed``."""
     return one_source([v for side in sides if "source" in side for v in side["source"]])
+
+
+def _work(frame: pd.DataFrame) -> float:
+    """One rank's samples per step of a side (mean of its runs' ``samples_per_step``; NaN unknown)."""
+    with np.errstate(all="ignore"):
+        v = frame["samples_per_step"].astype(float)
+        return float(v.mean()) if v.notna().any() else np.nan
+
+
+def _per_work(frame: pd.DataFrame, parts: list[str], b: float) -> np.ndarray:
+    """The runs' parts in seconds per step of ``b`` samples per rank: each run's parts times
+    ``b`` over its own samples per step, so a baseline whose step holds more work (gradient
+    accumulation divided by the world size) is compared per sample; unchanged where the work
+    is unknown or the same."""
+    values = frame[parts].astype(float).to_numpy()
+    if "samples_per_step" not in frame or not np.isfinite(b):
+        return values
+    own = frame["samples_per_step"].astype(float).to_numpy()
+    scale = np.where(np.isfinite(own) & (own > 0), b / np.where(own > 0, own, 1.0), 1.0)
+    return values * scale[:, None]
 
 
 def _joined_evidence(per_run: pd.Series) -> str | None:
@@ -407,6 +444,21 @@ def _select(table: pd.DataFrame, selector: Mapping[str, object]) -> pd.DataFrame
     return table[mask.fillna(False).astype(bool)]
 
 
+def _above_ideal(d: dict) -> str:
+    """For an efficiency above 1 that is not within noise: its likely causes, the common ones
+    first, each with the evidence the row has."""
+    if not d["efficiency"] > 1 or d.get("efficiency_verdict") == WITHIN_NOISE:
+        return ""
+    causes = []
+    if d.get("work_source") in ("batch_size", "mixed"):
+        causes.append("the work per step taken from the configured batch size, not counted (a script that "
+                      "accumulates gradients or picks its own batch processes a different number of samples per step)")
+    causes.append("a baseline slower than it should be (a neighbour process during its repeats: compare their "
+                  "neighbour CPU)")
+    causes.append("a per-rank working set that now fits in cache (a real superlinear speedup)")
+    return "; above 1 (faster than ideal), likely causes: " + "; ".join(causes)
+
+
 def _ms(seconds: float) -> str:
     """Milliseconds with three significant digits (0.0123 ms, 1.23 ms, 123 ms)."""
     v = 1e3 * seconds
@@ -436,6 +488,10 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
         if pd.notna(d.get("inject")) and d.get("inject"):
             extra.append(f"injected {d['inject']}")
         who = name + (f" ({', '.join(extra)})" if extra else "")
+        if isinstance(d.get("unreliable"), str):
+            out.append(f"At {int(d['n_ranks'])} ranks {who}: no efficiency is given, the comparison is unreliable "
+                       f"({d['unreliable']}); rerun on a quiet machine.")
+            continue
         head = f"At {int(d['n_ranks'])} ranks {who} reaches {d['efficiency']:.2f} of ideal"
         lo, hi = d.get("efficiency_ci_low"), d.get("efficiency_ci_high")
         tested = lo is not None and pd.notna(lo) and pd.notna(hi)
@@ -448,7 +504,7 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
                      "one-rank run, has fewer than 3 usable repeats)")
         gap = d["gap_s"]
         if not gap > 0:
-            out.append(head + "; its steps are no slower than the baseline's.")
+            out.append(head + "; its steps are no slower than the baseline's" + _above_ideal(d) + ".")
             continue
         if d.get("gap_s_verdict") == WITHIN_NOISE:
             out.append(f"{head}; the {_ms(gap)} per step it loses is within run-to-run noise.")
@@ -478,6 +534,8 @@ def explain_loss(loss: pd.DataFrame, *, label: Sequence[str] = ("config_backend"
             tail += f"; {', '.join(noise)} within noise"
         if not tested and "efficiency_ci_low" in d:
             tail += " (shares untested against noise)"
+        if isinstance(d.get("threads_differ"), str):
+            tail += f"; the runs compared ran different threads ({d['threads_differ']}), so compute per step differs"
         back = [c for c in CAUSES if d[c] < 0 and -d[c] >= 0.05 * gap]
         if back:
             won = ", ".join(f"{_ms(-d[c])} in {labels[c]}" for c in back)

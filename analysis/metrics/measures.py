@@ -44,16 +44,23 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
         rank's ``busy_s`` in that step minus this rank's; on device time of a run on one
         host, the peer wait at the step's synchronisation, ``event_arrivals``), ``straggler_s``
         (``min(wait_s, exposed_s)``), ``is_slowest`` (there: the last arriver), ``warmup`` (the warm-up rule drops it),
-        ``samples`` (this rank's samples in the step; NaN when unknown) and ``full`` (a full
-        batch; True when unknown).
+        ``samples`` (this rank's samples in the step; NaN when unknown), ``full`` (a full
+        batch; True when unknown) and ``samples_source`` (``counted``: counted by the
+        instrumentation, or given by the script and what the configured batch predicts;
+        ``batch_size``; or None).
 
     Notes
     -----
-    The samples of a step come from the rank's epoch metrics (``samples``) and the run's
-    ``batch_size``: with s samples in an epoch and batch b, the epoch's first ⌊s/b⌋ steps
-    are full and the next one holds the remaining s mod b (a partial batch). A rank-epoch
-    whose step count does not match ⌈s/b⌉ (a run stopped mid-epoch) has only its last step
-    marked partial, when s mod b > 0.
+    The samples of a step are counted where the rank's epoch metrics say so
+    (``samples_source: counted``: the instrumentation saw every step's batch, accumulated
+    micro-batches included); the run's configured ``batch_size`` is the fallback. With s
+    samples in an epoch and batch b, the epoch's first ⌊s/b⌋ steps are full and the next one
+    holds the remaining s mod b (a partial batch). b is the configured batch when the counted
+    s is what it predicts (⌈s/b⌉ steps), else the counted batch per step (the largest s/steps
+    over the rank's epochs that divides evenly, else ⌈s/steps⌉): a script that accumulates
+    gradients over k micro-batches processes k · micro-batch per step. A rank-epoch whose
+    step count does not match ⌈s/b⌉ (a run stopped mid-epoch) has only its last step marked
+    partial, when s mod b > 0.
     """
     b = time_breakdown(events, level="step", warmup=0, source=source)
     out = pd.DataFrame({
@@ -65,7 +72,7 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
     })
     if out.empty:
         for col, dt in (("wait_s", float), ("straggler_s", float), ("is_slowest", bool), ("warmup", bool),
-                        ("samples", float), ("full", bool)):
+                        ("samples", float), ("full", bool), ("samples_source", object)):
             out[col] = pd.Series(dtype=dt)
         return out
     keys = ["run_id", "epoch", "step"]
@@ -84,7 +91,7 @@ def step_table(events: pd.DataFrame, *, runs: pd.DataFrame | None = None, epochs
     out["warmup"] = out["warmup"].fillna(False).astype(bool)
     out = out.astype({"rank": "Int32", "epoch": "Int32", "step": "Int32"})
     out = out.sort_values(["run_id", "rank", "epoch", "step"], kind="stable").reset_index(drop=True)
-    out["samples"], out["full"] = _step_samples(out, runs, epochs)
+    out["samples"], out["full"], out["samples_source"] = _step_samples(out, runs, epochs)
     return out
 
 
@@ -113,34 +120,61 @@ def _arrival_waits(out: pd.DataFrame, events: pd.DataFrame) -> None:
 
 
 def _step_samples(steps: pd.DataFrame, runs: pd.DataFrame | None,
-                  epochs: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+                  epochs: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: its samples, whether it is full, and where its batch comes from
+    (``counted``: the rank's counted samples per step; ``batch_size``: the configured
+    batch; None when neither is known). See :func:`step_table`."""
     n = len(steps)
-    samples = np.full(n, np.nan)
-    full = np.ones(n, dtype=bool)
-    if runs is None or "batch_size" not in runs:
-        return samples, full
-    batch = runs.assign(run_id=runs["run_id"].astype(object)).set_index("run_id")["batch_size"]
-    batch = batch[~batch.index.duplicated()]
-    b = steps["run_id"].map(batch).astype(float).to_numpy()
-    samples = b.copy()
+    b = np.full(n, np.nan)
+    if runs is not None and "batch_size" in runs:
+        batch = runs.assign(run_id=runs["run_id"].astype(object)).set_index("run_id")["batch_size"]
+        b = steps["run_id"].map(batch[~batch.index.duplicated()]).astype(float).to_numpy()
+    source = np.where(np.isfinite(b), "batch_size", None).astype(object)
     if epochs is None or epochs.empty or "samples" not in epochs:
-        return samples, full
-    e = epochs[["run_id", "rank", "epoch", "samples"]].assign(run_id=epochs["run_id"].astype(object))
-    e = e.dropna(subset=["samples"]).drop_duplicates(["run_id", "rank", "epoch"])
-    s = steps[["run_id", "rank", "epoch"]].astype(object).merge(
-        e.astype({"rank": object, "epoch": object}), on=["run_id", "rank", "epoch"], how="left")["samples"]
-    s = s.astype(float).to_numpy()
-    grp = steps.groupby(["run_id", "rank", "epoch"], dropna=False, observed=True, sort=False)
+        return b.copy(), np.ones(n, dtype=bool), source
+    keys = ["run_id", "rank", "epoch"]
+    e = epochs.assign(run_id=epochs["run_id"].astype(object))
+    e = e.dropna(subset=["samples"]).drop_duplicates(keys)
+    src = e["samples_source"] if "samples_source" in e else pd.Series(None, index=e.index, dtype=object)
+    e = e.assign(_counted=(src == "counted").to_numpy(), _given=(src == "given").to_numpy())
+    e = e[[*keys, "samples", "_counted", "_given"]]
+    grp = steps.groupby(keys, dropna=False, observed=True, sort=False)
     pos = grp.cumcount().to_numpy()
     count = grp["step"].transform("size").to_numpy()
+    m = steps[keys].astype(object).merge(e.astype({"rank": object, "epoch": object}), on=keys, how="left")
+    s = m["samples"].astype(float).to_numpy()
+    counted = m["_counted"].fillna(False).astype(bool).to_numpy() & np.isfinite(s) & (count > 0)
+    cfg_ok = np.isfinite(b) & (b > 0)
+    # counted samples that the configured batch does not explain (gradient accumulation, a
+    # batch the script chose itself): the batch per step is the counted one
+    explained = cfg_ok & (np.ceil(s / np.where(cfg_ok, b, 1)) == count)
+    use_counted = counted & ~explained
+    per_step = _counted_batch(steps, s, count, use_counted)
+    b = np.where(use_counted, per_step, b)
+    # the script's own count (epoch_end(samples=)) confirms the configured batch where it explains it
+    given = m["_given"].fillna(False).astype(bool).to_numpy() & explained
+    source = np.where(counted | given, "counted", source).astype(object)
     ok = np.isfinite(s) & np.isfinite(b) & (b > 0)
-    nfull = np.where(ok, np.floor(s / np.where(ok, b, 1)), np.inf)
-    rem = np.where(ok, s - nfull * np.where(ok, b, 0), 0)
+    # unknown samples or batch: no full-step count (inf), computed without inf · 0 (a RuntimeWarning
+    # that reached notebook 08's output)
+    whole = np.floor(np.where(ok, s, 0) / np.where(ok, b, 1))
+    nfull = np.where(ok, whole, np.inf)
+    rem = np.where(ok, np.where(ok, s, 0) - whole * np.where(ok, b, 0), 0)
     exact = ok & (count == nfull + (rem > 0))
     partial = np.where(exact, pos >= nfull, ok & (rem > 0) & (pos == count - 1))
-    samples = np.where(partial, np.where(exact, np.where(pos == nfull, rem, 0), rem), samples)
-    full = ~partial
-    return samples, full
+    samples = np.where(partial, np.where(exact, np.where(pos == nfull, rem, 0), rem), b)
+    return samples, ~partial, source
+
+
+def _counted_batch(steps: pd.DataFrame, s: np.ndarray, count: np.ndarray, use: np.ndarray) -> np.ndarray:
+    """The samples of a full step from counted epoch samples ``s`` over ``count`` steps: per
+    (run, rank) the largest ``s / count`` over its epochs that divide evenly (every step
+    full), else ``ceil(s / count)``."""
+    whole = np.where(use & (count > 0), s / np.where(count > 0, count, 1), np.nan)
+    even = np.where(np.isfinite(whole) & (whole == np.floor(whole)), whole, np.nan)
+    key = steps["run_id"].astype(str) + "\0" + steps["rank"].astype(str)
+    best = pd.Series(even).groupby(key.to_numpy()).transform("max").to_numpy()
+    return np.where(np.isfinite(best), best, np.ceil(whole))
 
 
 def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -158,8 +192,11 @@ def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     pandas.DataFrame
         One row per run: ``source`` (where its time came from), ``n_steps`` (kept full steps), ``n_partial_steps`` (partial steps
         left out), ``n_warmup_steps`` (dropped as warm-up), the :data:`PARTS` (s per step),
-        ``time_per_sample_s`` (= step_s / batch_size: one rank's time per sample),
-        ``throughput_samples_per_s`` (= n_ranks · batch_size / step_s), ``data_frac`` and
+        ``samples_per_step`` (b: one rank's samples per kept step, mean over the steps of the
+        mean over ranks; counted where :func:`step_table` counted them, else the configured
+        ``batch_size``), ``work_source`` (``counted``, ``batch_size`` or ``mixed``),
+        ``global_batch_size`` (n_ranks · b), ``time_per_sample_s`` (= step_s / b: one rank's
+        time per sample), ``throughput_samples_per_s`` (= n_ranks · b / step_s), ``data_frac`` and
         ``sync_exposed_frac`` (of step_s), and the pooled slowest-rank counts
         ``slowest_counts`` (``{rank: steps it was slowest}``).
 
@@ -172,9 +209,11 @@ def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     require_columns(runs, ("run_id", "n_ranks", "batch_size"), "run_measures")
     kept = steps[~steps["warmup"] & steps["full"]]
     keys = ["run_id", "epoch", "step"]
-    per_key = kept.groupby(keys, dropna=False, observed=True)[list(PARTS)].mean().reset_index()
-    out = per_key.groupby("run_id")[list(PARTS)].mean()
+    cols = [*PARTS, "samples"] if "samples" in kept else list(PARTS)
+    per_key = kept.groupby(keys, dropna=False, observed=True)[cols].mean().reset_index()
+    out = per_key.groupby("run_id")[cols].mean()
     out["n_steps"] = per_key.groupby("run_id").size()
+    out["work_source"] = _work_source(kept)
     part = steps[~steps["warmup"] & ~steps["full"]].drop_duplicates(keys).groupby("run_id").size()
     warm = steps[steps["warmup"]].drop_duplicates(keys).groupby("run_id").size()
     out["source"] = steps.drop_duplicates("run_id").set_index("run_id")["source"].reindex(out.index)
@@ -187,14 +226,37 @@ def run_measures(steps: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     out = out.reset_index()
     meta = runs[["run_id", "n_ranks", "batch_size"]].assign(run_id=runs["run_id"].astype(object))
     m = out.merge(meta, on="run_id", how="left")
-    b = m["batch_size"].astype(float)
+    b = m["samples"].astype(float) if "samples" in m else m["batch_size"].astype(float)
+    out["samples_per_step"] = b.to_numpy()
+    out["global_batch_size"] = (m["n_ranks"].astype(float) * b).to_numpy()
     out["time_per_sample_s"] = (m["step_s"] / b).to_numpy()
     out["throughput_samples_per_s"] = (m["n_ranks"].astype(float) * b / m["step_s"]).to_numpy()
     out["data_frac"] = out["data_s"] / out["step_s"]
     out["sync_exposed_frac"] = out["exposed_s"] / out["step_s"]
-    cols = ["run_id", "source", "n_steps", "n_partial_steps", "n_warmup_steps", *PARTS, "time_per_sample_s",
-            "throughput_samples_per_s", "data_frac", "sync_exposed_frac", "slowest_counts"]
+    cols = ["run_id", "source", "n_steps", "n_partial_steps", "n_warmup_steps", *PARTS, "samples_per_step",
+            "work_source", "global_batch_size", "time_per_sample_s", "throughput_samples_per_s", "data_frac",
+            "sync_exposed_frac", "slowest_counts"]
     return out[cols]
+
+
+def _work_source(kept: pd.DataFrame) -> pd.Series:
+    """Per run: ``counted`` when every kept step's samples were counted, ``batch_size`` when
+    they all come from the configured batch, ``mixed`` otherwise, None when unknown."""
+    if "samples_source" not in kept or kept.empty:
+        return pd.Series(dtype=object)
+
+    def one(src: pd.Series) -> object:
+        found = set(src.dropna())
+        return None if not found else found.pop() if len(found) == 1 else "mixed"
+
+    return kept.groupby("run_id", observed=True)["samples_source"].agg(one)
+
+
+def whole(values: pd.Series) -> pd.Series:
+    """``values`` as integers (``Int64``) when every known one is whole (a global batch), else as they are."""
+    v = pd.to_numeric(values, errors="coerce").astype(float)
+    known = v.dropna()
+    return v.round().astype("Int64") if len(known) and (known == known.round()).all() else values
 
 
 def config_columns(runs: pd.DataFrame, extra: Sequence[str] = ()) -> list[str]:
@@ -245,24 +307,31 @@ def scaling_mode(runs: pd.DataFrame, epochs: pd.DataFrame | None, *,
     -----
     With s(n) a run's samples per rank per epoch (median over its ranks and epochs): the
     same s across rank counts (within 5 %) is weak scaling; the same n·s is strong; runs
-    without samples per epoch (fixed iterations, no dataset) are compared by throughput
-    ("throughput"). One rank count only: the recorded mode.
+    without samples per epoch, or without a dataset (no ``dataset_size`` and no epoch that
+    the script closed with counted or given samples: fixed iterations) are compared by
+    throughput ("throughput"). One rank count only: the recorded mode.
     """
     by = [c for c in by if c in runs.columns]
     modes: dict = {}
     notes: list[str] = []
     r = runs.assign(run_id=runs["run_id"].astype(object))
     per_rank = pd.Series(dtype=float)
+    dataset_epochs: set = set()
     if epochs is not None and len(epochs) and "samples" in epochs:
         e = epochs.assign(run_id=epochs["run_id"].astype(object))
         per_rank = e.groupby("run_id")["samples"].median()
-    r = r.assign(_s=r["run_id"].map(per_rank).astype(float))
+        if "samples_source" in e:  # epochs the script closed, their samples counted or given
+            real = e["samples_source"].isin(["counted", "given"]) & (
+                ~e["implicit"].fillna(False).astype(bool) if "implicit" in e else True)
+            dataset_epochs = set(e.loc[real, "run_id"])
+    r = r.assign(_s=r["run_id"].map(per_rank).astype(float), _epochs=r["run_id"].isin(dataset_epochs))
     fw = r[r["framework"] != "none"] if "framework" in r else r
     for key, g in fw.groupby(by, sort=True, dropna=False) if by else [((), fw)]:
         key = key if isinstance(key, tuple) else (key,)
         recorded = sorted(set(g["scaling"].dropna().astype(str))) if "scaling" in g else []
         s = g.groupby("n_ranks")["_s"].median().dropna()
-        no_dataset = "dataset_size" in g and g["dataset_size"].isna().all()
+        # no dataset: none recorded and no epoch with counted samples (fixed iterations)
+        no_dataset = "dataset_size" in g and g["dataset_size"].isna().all() and not g["_epochs"].all()
         if g["_s"].isna().all() or no_dataset:  # fixed iterations: samples counted, no dataset
             mode = "throughput"
         elif len(s) < 2:
@@ -382,8 +451,9 @@ def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFra
     ``outlier`` (why the run is left out of its configuration's mean, else None) and the
     :func:`cpu_contention` evidence (``contention``, ``contention_evidence``,
     ``rank_cpu_pct``, ``host_cpus``, ``ranks_per_host``) and :func:`neighbour_cpu`
-    (``neighbour_cpu_pct``; an outlier's reason names other processes' CPU from
-    :data:`NEIGHBOUR_PCT` up).
+    (``neighbour_cpu_pct``; from :data:`NEIGHBOUR_PCT` up the run is ``disturbed``, named
+    with the evidence, and left out as an ``outlier`` where its configuration and rank count
+    has an undisturbed repeat; ``n_repeats`` and ``n_disturbed`` count them).
 
     ``by``: extra columns that make runs different configurations (for the outlier test).
     ``source``: host or device time (:mod:`analysis.metrics.timesource`; default: device
@@ -393,17 +463,97 @@ def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFra
     steps = step_table(events, runs=runs, epochs=epochs, warmup=warmup, source=source)
     m = run_measures(steps, runs)
     meta = runs.assign(run_id=runs["run_id"].astype(object))
-    out = meta.merge(m, on="run_id", how="inner")
-    out["outlier"] = outliers(out, extra=by)
+    out = meta.merge(m, on="run_id", how="inner", suffixes=("_configured", ""))
+    if "global_batch_size_configured" in out:  # the counted one, the configured where nothing was counted
+        out["global_batch_size"] = whole(out["global_batch_size"].fillna(out.pop("global_batch_size_configured")))
     out["neighbour_cpu_pct"] = out["run_id"].map(neighbour_cpu(samples)).astype(float)
-    busy = out["outlier"].notna() & (out["neighbour_cpu_pct"] >= NEIGHBOUR_PCT)
-    out.loc[busy, "outlier"] = [f"{why}; the CPU samples show other processes using {pct / 100:.1f} cores "
-                                "while it ran" for why, pct in out.loc[busy, ["outlier", "neighbour_cpu_pct"]]
-                                .itertuples(index=False)]
     c = cpu_contention(meta, samples)[["run_id", "contention", "evidence", "rank_cpu_pct", "host_cpus",
-                                       "ranks_per_host"]]
+                                       "ranks_per_host", "threads_per_rank", "framework_threads"]]
+    busy = _disturbing(out.merge(c, on="run_id", how="left", suffixes=("_run", "")))
+    out = _disturbed(out, busy, extra=by)
+    c = c.drop(columns=["threads_per_rank", "framework_threads"])
     out = out.merge(c.rename(columns={"evidence": "contention_evidence"}), on="run_id", how="left")
     return out.reset_index(drop=True)
+
+
+def _disturbing(m: pd.DataFrame) -> np.ndarray:
+    """Per run: did other processes take cores it needed? Their CPU (``neighbour_cpu_pct``)
+    at least :data:`NEIGHBOUR_PCT` and, where the host's cores and the run's threads are
+    known, more than the cores the run left free (cores - ranks per host × (threads per rank
+    + framework threads))."""
+    other = m["neighbour_cpu_pct"].astype(float).to_numpy()
+    cores = pd.to_numeric(m["host_cpus"], errors="coerce").to_numpy(float)
+    threads = pd.to_numeric(m["threads_per_rank"], errors="coerce").to_numpy(float)
+    demand = m["ranks_per_host"].to_numpy(float) * (threads + m["framework_threads"].to_numpy(float))
+    free = np.where(np.isfinite(cores) & np.isfinite(demand), cores - demand, -np.inf)
+    return np.nan_to_num(other, nan=0.0) >= np.maximum(NEIGHBOUR_PCT, 100.0 * free + 1e-9)
+
+
+def _disturbed(out: pd.DataFrame, busy: np.ndarray, *, extra: Sequence[str]) -> pd.DataFrame:
+    """``disturbed`` (the evidence, else None), ``n_repeats`` and ``n_disturbed`` (of the
+    run's configuration and rank count) and ``outlier``: a run whose own CPU samples show
+    other processes taking cores it needed (``busy``, :func:`_disturbing`) is disturbed
+    whatever its siblings did, and left out where its configuration and rank count has an
+    undisturbed repeat; the statistical test (:func:`outliers`) runs on the others."""
+    out["disturbed"] = None
+    out.loc[busy, "disturbed"] = [f"the CPU samples show other processes using {pct / 100:.1f} cores while it ran"
+                                  for pct in out.loc[busy, "neighbour_cpu_pct"]]
+    cols = list(dict.fromkeys([*config_columns(out, extra), "n_ranks"]))
+    key = out[cols].astype(object).fillna("-").astype(str).agg("\x1f".join, axis=1)
+    out["n_repeats"] = key.map(key.value_counts()).astype(int)
+    out["n_disturbed"] = key.map(pd.Series(busy, index=out.index).groupby(key).sum()).astype(int)
+    leave = busy & (out["n_disturbed"] < out["n_repeats"]).to_numpy(bool)
+    out["outlier"] = None
+    if (~leave).any():
+        out.loc[~leave, "outlier"] = outliers(out[~leave], extra=extra)
+    stat = busy & ~leave & out["outlier"].notna().to_numpy(bool)
+    out.loc[stat, "outlier"] = out.loc[stat, "outlier"] + "; " + out.loc[stat, "disturbed"]
+    out.loc[leave, "outlier"] = "disturbed: " + out.loc[leave, "disturbed"]
+    return out
+
+
+def unreliable(sides: Sequence[tuple[str, pd.DataFrame]]) -> str | None:
+    """Why a comparison cannot be trusted, or None: a side (``(name, its runs from
+    measure_runs)``) half or more of whose repeats were disturbed (``n_disturbed`` of
+    ``n_repeats``): no more undisturbed repeats than disturbed ones."""
+    why = []
+    for name, frame in sides:
+        if "n_disturbed" not in frame or frame.empty:
+            continue
+        k, m = (pd.to_numeric(frame[c], errors="coerce").max() for c in ("n_disturbed", "n_repeats"))
+        if not (np.isfinite(k) and np.isfinite(m)):  # runs without step measures (epochs only)
+            continue
+        k, m = int(k), int(m)
+        if k and 2 * k >= m:
+            cores = float(frame["neighbour_cpu_pct"].max()) / 100
+            why.append(f"{name}: {k} of {m} repeat(s) ran beside other processes (their CPU samples show up to "
+                       f"{cores:.1f} cores used by others), too few undisturbed repeats")
+    return "; ".join(why) or None
+
+
+def work_source(frames: Sequence[pd.DataFrame]) -> str | None:
+    """Where the work per step of the runs in ``frames`` comes from: ``counted``,
+    ``batch_size`` (the configured batch), ``mixed``, or None when unknown."""
+    found = set()
+    for f in frames:
+        if "work_source" in f:
+            found |= set(f["work_source"].dropna())
+    return None if not found else found.pop() if len(found) == 1 else "mixed"
+
+
+def threads_differ(sides: Sequence[tuple[str, pd.DataFrame]]) -> str | None:
+    """When the compared sides (``(name, runs)``) ran different torch threads per rank
+    (``threads_per_rank``): the threads of each, e.g. "1 thread(s) per rank at 2 ranks,
+    2 in the baseline"; else None."""
+    seen = []
+    for name, frame in sides:
+        if "threads_per_rank" in frame:
+            vals = sorted({int(v) for v in frame["threads_per_rank"].dropna()})
+            if vals:
+                seen.append((name, vals))
+    if len({tuple(v) for _, v in seen}) < 2:
+        return None
+    return ", ".join(f"{'/'.join(map(str, v))} thread(s) per rank in {name}" for name, v in seen)
 
 
 def select_baseline(table: pd.DataFrame, group: pd.DataFrame, baseline: object, match: Sequence[str], *,

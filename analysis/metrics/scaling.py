@@ -119,10 +119,12 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
         for runs with step records, :func:`~analysis.metrics.measures.measure_runs`'s
         ``n_steps``, ``n_partial_steps``, ``n_warmup_steps``, ``step_s``, ``data_s``,
         ``compute_s``, ``exposed_s``, ``straggler_s``, ``other_s``, ``sync_total_s``,
-        ``time_per_sample_s``, ``data_frac``, ``sync_exposed_frac``, ``outlier``,
-        ``contention``, ``contention_evidence``, ``neighbour_cpu_pct``; there ``throughput_samples_per_s`` is the
-        step-based one (n_ranks · batch_size / step_s). Runs with neither epoch metrics nor
-        step records are left out.
+        ``samples_per_step``, ``work_source``, ``time_per_sample_s``, ``data_frac``,
+        ``sync_exposed_frac``, ``outlier``, ``contention``, ``contention_evidence``,
+        ``neighbour_cpu_pct``; there ``throughput_samples_per_s`` is the step-based one
+        (n_ranks · samples_per_step / step_s) and ``global_batch_size`` the counted one
+        (n_ranks · samples_per_step). Runs with neither epoch metrics nor step records are
+        left out.
     """
     runs = runset.usable_runs()
     extra = [c for c in runs.columns if c.startswith(("vary_", "label_"))]
@@ -149,6 +151,10 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
     out = out[out["epoch_time_s"].notna() | out["time_per_sample_s"].notna()].reset_index(drop=True)
     has = out["time_per_sample_s"].notna()
     out.loc[has, "throughput_samples_per_s"] = out.loc[has, "throughput_samples_per_s_steps"]
+    if "global_batch_size_steps" in out:  # the counted global batch where the steps counted it
+        from analysis.metrics.measures import whole
+
+        out["global_batch_size"] = whole(out.pop("global_batch_size_steps").fillna(out["global_batch_size"]))
     return out.drop(columns=["throughput_samples_per_s_steps"])
 
 
@@ -162,9 +168,10 @@ def _samples(runset) -> pd.DataFrame | None:
 #: The step measures :func:`run_summary` joins (from ``measure_runs``).
 STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "n_steps", "n_partial_steps", "n_warmup_steps", "step_s", "data_s", "compute_s", "exposed_s",
-    "straggler_s", "other_s", "sync_total_s", "time_per_sample_s", "throughput_samples_per_s", "data_frac",
+    "straggler_s", "other_s", "sync_total_s", "samples_per_step", "work_source", "global_batch_size",
+    "time_per_sample_s", "throughput_samples_per_s", "data_frac",
     "sync_exposed_frac", "outlier", "contention", "contention_evidence", "rank_cpu_pct", "host_cpus",
-    "ranks_per_host", "neighbour_cpu_pct", "slowest_counts",
+    "ranks_per_host", "neighbour_cpu_pct", "disturbed", "n_repeats", "n_disturbed", "slowest_counts",
 )
 
 
@@ -331,8 +338,11 @@ def scaling_table(
         ``speedup`` and ``efficiency_frac`` (0-1 for linear scaling and below) with
         ``_ci_low``/``_ci_high``, ``speedup_min``/``speedup_max`` and
         ``efficiency_min_frac``/``efficiency_max_frac`` (the individual repeats),
-        ``efficiency_frac_verdict`` (is the loss against ideal, 1, distinguishable from noise)
-        and ``repeats_for_5pct``.
+        ``efficiency_frac_verdict`` (is the loss against ideal, 1, distinguishable from noise),
+        ``repeats_for_5pct``, ``work_source`` (``counted``: the samples each step processed;
+        ``batch_size``: the configured batch; ``mixed``) and ``unreliable`` (why speedup and
+        efficiency are not given, NaN: half or more of a side's repeats ran beside other
+        processes, :func:`analysis.metrics.measures.unreliable`).
 
     Notes
     -----
@@ -373,8 +383,26 @@ def scaling_table(
         row.update(_speedup_columns(g, base, n, n0, confidence))
         row["repeats_for_5pct"] = _repeats_for_5pct(g, base)
         row.update(_step_shares(g))
+        row.update(_trust(g_all, g, base, n))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _trust(g_all: pd.DataFrame, g: pd.DataFrame, base: pd.DataFrame, n: float) -> dict:
+    """``work_source`` (counted or the configured batch) and ``unreliable`` (why the
+    speedup and efficiency are not given: most repeats of a side disturbed; they are then
+    NaN) of one row."""
+    from analysis.metrics.measures import unreliable, work_source
+
+    if len(base) and set(base.index) == set(g.index):  # the baseline's own row: 1 by definition
+        return {"work_source": work_source([g]), "unreliable": None}
+    why = unreliable([*([("the baseline", base)] if len(base) else []), (f"the runs at {int(n)} rank(s)", g_all)])
+    out: dict = {"work_source": work_source([g, base]), "unreliable": why}
+    if why:
+        out.update({c: np.nan for c in ("speedup", "speedup_ci_low", "speedup_ci_high", "efficiency_frac",
+                                         "efficiency_frac_ci_low", "efficiency_frac_ci_high")})
+        out["efficiency_frac_verdict"] = None
+    return out
 
 
 def _repeat_columns(g_all: pd.DataFrame, g: pd.DataFrame, *, framework: bool) -> dict:
@@ -614,3 +642,30 @@ def node_boundaries(runs: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFra
                          "n_nodes_after": int(nodes), "x": (prev_n + n) / 2})
         prev_n, prev_nodes = n, nodes
     return pd.DataFrame(rows, columns=["n_ranks_before", "n_ranks_after", "n_nodes_before", "n_nodes_after", "x"])
+
+
+def explain_work(table: pd.DataFrame) -> list[str]:
+    """Sentences for :func:`scaling_table`'s notes: what its work per step is (counted or
+    the configured batch, ``work_source``) and which rows are ``unreliable`` and why."""
+    notes = []
+    src = set(table["work_source"].dropna()) if "work_source" in table else set()
+    if src:
+        words = {"counted": "the samples each step processed, counted per rank",
+                 "batch_size": "the configured batch size (nothing counted: the fallback)",
+                 "mixed": "counted for some runs, the configured batch size for others"}
+        notes.append("Work per step (time per sample, throughput, speedup, efficiency): "
+                     + "; ".join(f"{words.get(s, s)}" for s in sorted(src)) + " (column work_source).")
+    for r in table.dropna(subset=["unreliable"]).to_dict("records") if "unreliable" in table else []:
+        notes.append(f"Warning: {r.get('config_backend', 'a configuration')} at {int(r['n_ranks'])} rank(s): "
+                     f"speedup and efficiency not given, unreliable: {r['unreliable']}.")
+    many = table["repeats_for_5pct"] if "repeats_for_5pct" in table else pd.Series(dtype=float)
+    if (many > PRACTICAL_REPEATS).any():
+        notes.append(f"Up to {int(many.max()):,} repeats per side would be needed to resolve a 5 % difference: the "
+                     "runs vary too much from one to the next for repeats to help. Make each run steadier instead: "
+                     "more steps per run (longer epochs, more epochs), a machine without other load (see the runs' "
+                     "neighbour CPU), threads pinned per rank (--threads).")
+    return notes
+
+
+#: Beyond this many repeats for a 5 % difference, the advice is to steady the runs, not repeat them.
+PRACTICAL_REPEATS = 20

@@ -2,8 +2,9 @@
 
 Each script in this folder has a few scalescope lines (marked ``# ssi``) and nothing
 baseline-specific. It is copied into a fresh user directory and run there as a user would:
-``scalescope sweep --baseline --np 1,2 --backend B --out exp -- python script.py``. Asserted
-for every run: ``ok``; nothing shared between runs (each ran in its own ``<run>/work``,
+``scalescope sweep --baseline --np 1,2 --backend B --out exp -- python script.py`` (with
+``--cwd run`` here; the scripts of ``test_foreign_shapes.py`` run in the default, shared,
+directory). Asserted for every run: ``ok``; nothing shared between runs (each ran in its own ``<run>/work``,
 nothing landed in the user's directory, no run resumed); every rank's threads recorded in
 ``run.json`` and set to the cores per rank; throughput > 0; and the what-if study computes.
 About 30-50 s per script on 2 cores.
@@ -35,12 +36,13 @@ SCALESCOPE = Path(sys.executable).parent / "scalescope"
 
 
 def _sweep(user_dir: Path, script: str, *args: str, backend: str, nps: str = "1,2",
-           out: str = "exp") -> subprocess.CompletedProcess:
-    """``scalescope sweep`` started in ``user_dir`` on its copy of ``script``."""
+           out: str = "exp", cwd: str = "run", script_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """``scalescope sweep`` started in ``user_dir`` on its copy of ``script`` (``--cwd run``,
+    isolated, unless ``cwd`` says otherwise)."""
     shutil.copy(HERE / script, user_dir / script)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [str(SCALESCOPE), "sweep", "--np", nps, "--backend", backend, "--baseline", "--sample-interval", "0.2",
-           "--out", out, *args, "--", "python", script]
+           "--out", out, "--cwd", cwd, *args, "--", "python", script, *script_args]
     return subprocess.run(cmd, cwd=user_dir, env=env, capture_output=True, text=True, timeout=400)
 
 
@@ -112,9 +114,9 @@ def test_torchrun_script_with_a_snapshot_in_its_working_directory(tmp_path):
 
 @pytest.mark.slow
 def test_shared_working_directory_is_kept_on_request_and_a_resumed_run_is_flagged(tmp_path):
-    """``--cwd shared`` (today's behaviour): the second sweep's run resumes from the first's
+    """``--cwd shared`` (the default): the second sweep's run resumes from the first's
     snapshot in the user's directory, and the first epoch label says so."""
-    first = _sweep(tmp_path, "torchrun_snapshot.py", "--cwd", "shared", backend="", nps="1", out="a")
+    first = _sweep(tmp_path, "torchrun_snapshot.py", backend="", nps="1", out="a", cwd="shared")
     assert first.returncode == 0, first.stderr[-2000:]
     assert (tmp_path / "snapshot.pt").is_file()
     shutil.copy(HERE / "torchrun_snapshot.py", tmp_path / "again.py")

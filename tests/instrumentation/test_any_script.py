@@ -167,18 +167,19 @@ def test_a_run_that_starts_at_a_later_epoch_is_flagged(tmp_path, fresh_state):
     for epoch in (50, 51):
         with ssi.phase("forward"):
             pass
-        with pytest.warns(ssi.InstrumentationWarning, match="labelled 50, not 0") if epoch == 50 else _nothing():
+        with pytest.warns(ssi.InstrumentationWarning, match="labelled 50, not 0 or 1") if epoch == 50 else _nothing():
             ssi.epoch_end(epoch)
         # written at the epoch's end: a run killed later still says so
         assert _manifest(run)["resumed_from_epoch"] == 50
 
 
-def test_a_run_that_starts_at_epoch_0_is_not_flagged(tmp_path, fresh_state):
+@pytest.mark.parametrize("first", [0, 1], ids=["from-0", "from-1"])
+def test_a_run_that_starts_at_epoch_0_or_1_is_not_flagged(tmp_path, fresh_state, first):
     run = ssi.init(run_dir=tmp_path / "r", framework="none", sample_interval_s=0)
-    ssi.epoch_start(0)
+    ssi.epoch_start(first)
     with ssi.phase("forward"):
         pass
-    ssi.epoch_end(0)
+    ssi.epoch_end(first)
     ssi.epoch_end(5)  # later labels are the script's business
     assert _manifest(run)["resumed_from_epoch"] is None
 
@@ -217,3 +218,22 @@ def test_threads_set_after_init_are_recorded_at_the_first_epoch(tmp_path, fresh_
     finalize_run(run.run_dir, RunSpec("baseline", 1, None, 1), exit_code=0, experiment="E", command=[])
     m = _manifest(run)
     assert m["ranks"][1]["threads"]["torch_intra_op"] == 3 and m["threads_per_rank"] == 3
+
+
+def test_ddp_at_one_process_without_a_process_group_is_recorded(tmp_path, fresh_state, monkeypatch):
+    """torchrun --nproc-per-node 1 and a script that makes a process group only for more
+    ranks (``if world_size > 1: init_process_group()``): recorded as one process."""
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.warns(ssi.InstrumentationWarning, match="at one process without a process group"):
+        run = ssi.init(run_dir=tmp_path / "r", framework="ddp", sample_interval_s=0, config={"epochs": 1})
+    with ssi.phase("forward"):
+        phases.note_batch(torch.zeros(4, 2), source="forward")
+    ssi.step_end()
+    ssi.epoch_end(0)
+    ssi.finish()
+    m = _manifest(run)
+    assert (m["framework"], m["world_size"], m["status"]) == ("ddp", 1, "ok")
+    assert m["end"] == {"by": "script", "steps": 1, "epoch_ends": 1, "epochs_planned": 1, "last_epoch_reached": True}
+    monkeypatch.setenv("WORLD_SIZE", "2")  # more ranks without a process group: recording is off
+    with pytest.warns(ssi.InstrumentationWarning, match="torch.distributed is not initialised"):
+        assert ssi.init(run_dir=tmp_path / "r2", framework="ddp", sample_interval_s=0).trace_path is None

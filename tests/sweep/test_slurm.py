@@ -235,6 +235,9 @@ def test_status_of_a_local_experiment_and_of_no_experiment(tmp_path):
     assert rows["baseline_np1_r1"][1:4] == ["pending", "-", "-"]
     assert rows["ddp-gloo_np2_r1"][1:4] == ["failed", "-", "-"]
     assert "boom: deliberate failure" in proc.stdout
+    # below the table, the cause in full and the log
+    assert f"  ddp-gloo_np2_r1: failed: boom: deliberate failure\n    log: {out / failed.run_id / 'stderr.log'}" \
+        in proc.stdout
     assert proc.stdout.splitlines()[-1] == "2 runs: 1 failed, 1 pending"
     missing = subprocess.run([*cli, str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert missing.returncode == 1 and "no experiment.json" in missing.stderr and "Traceback" not in missing.stderr
@@ -244,13 +247,14 @@ def test_scripts_run_in_the_runs_own_directory_with_threads_per_task(tmp_path):
     (tmp_path / "t.py").write_text("")
     args = _args(gpus_per_node=4, cpus_per_node=32)
     run_dir = tmp_path / "out" / "ddp-gloo_np8_r1"
-    text = slurm.render_script(RunSpec("ddp-gloo", 8, None, 1), script=["python", "t.py"], out=tmp_path / "out",
-                               experiment="E", args=args, workdir=tmp_path)
+    text = slurm.render_script(RunSpec("ddp-gloo", 8, None, 1, cwd="run"), script=["python", "t.py"],
+                               out=tmp_path / "out", experiment="E", args=args, workdir=tmp_path)
     # the CPUs each task gets: 32 per node over 4 GPUs
     assert "export OMP_NUM_THREADS=8" in text and "export SCALESCOPE_THREADS=8" in text
     assert f"cd {run_dir / 'work'}\n" in text and f"export SCALESCOPE_USER_CWD={tmp_path}" in text
     assert f"{sys.executable} {tmp_path / 't.py'}" in text  # the script made absolute
-    shared = slurm.render_script(RunSpec("ddp-gloo", 8, None, 1, threads=2, cwd="shared"), script=["python", "t.py"],
+    # the default: the directory the sweep was started in, as sbatch itself does
+    shared = slurm.render_script(RunSpec("ddp-gloo", 8, None, 1, threads=2), script=["python", "t.py"],
                                  out=tmp_path / "out", experiment="E", args=args, workdir=tmp_path)
     assert "export OMP_NUM_THREADS=2" in shared and f"cd {tmp_path}\n" in shared
     base = slurm.render_script(RunSpec("baseline", 1, None, 1), script=["python", "t.py"], out=tmp_path / "out",
@@ -259,4 +263,4 @@ def test_scripts_run_in_the_runs_own_directory_with_threads_per_task(tmp_path):
                  "export MASTER_ADDR=127.0.0.1", "export MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000))"):
         assert line in base, line
     # finalize runs from the sweep's directory again
-    assert base.index(f"cd {tmp_path}\n") > base.index("rc=$?")
+    assert base.rindex(f"cd {tmp_path}\n") > base.index("rc=$?")

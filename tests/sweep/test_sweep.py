@@ -128,7 +128,7 @@ def test_environment_contract(tmp_path, monkeypatch):
     assert hvd["SCALESCOPE_BATCH_SIZE"] == "75" and hvd["SCALESCOPE_SAMPLE_INTERVAL"] == "0.5"
     assert json.loads(hvd["SCALESCOPE_CONFIG"]) == {
         "backend": "horovod-mpi", "framework": "horovod", "np": 2, "batch_size": 75, "repeat": 1,
-        "vary": {}, "experiment": "E", "threads": "auto", "cwd": "run"}
+        "vary": {}, "experiment": "E", "threads": "auto", "cwd": "shared"}
     assert hvd["HOROVOD_TIMELINE"] == str((tmp_path / "r").resolve() / "horovod_timeline.json")
     assert "HOROVOD_TIMELINE_MARK_CYCLES" not in hvd  # opt-in: --timeline-cycles
     cycles = run_env(RunSpec("horovod-gloo", 2, 75, 1), tmp_path / "c", experiment="E", base=base,
@@ -154,7 +154,8 @@ def test_threads_cwd_and_the_baseline_launch_environment(tmp_path, monkeypatch):
     ddp = run_env(RunSpec("ddp-gloo", 2, None, 1), tmp_path / "d", experiment="E", base=base, user_cwd=tmp_path)
     # cores per rank of this (patched) host, for torch through the instrumentation and for OpenMP
     assert ddp["OMP_NUM_THREADS"] == ddp["SCALESCOPE_THREADS"] == "2"
-    assert ddp["SCALESCOPE_USER_CWD"] == str(tmp_path) and ddp["SCALESCOPE_CWD"] == "run"
+    # the directory the sweep was started in, as launchers do (issue 34); --cwd run isolates
+    assert ddp["SCALESCOPE_USER_CWD"] == str(tmp_path) and ddp["SCALESCOPE_CWD"] == "shared"
     assert ddp["RANK"] == "5"  # the launcher sets a framework run's ranks
     asked = run_env(RunSpec("ddp-gloo", 2, None, 1, threads=3), tmp_path / "d", experiment="E", base=base)
     assert asked["OMP_NUM_THREADS"] == "3" and json.loads(asked["SCALESCOPE_CONFIG"])["threads"] == 3
@@ -167,7 +168,8 @@ def test_threads_cwd_and_the_baseline_launch_environment(tmp_path, monkeypatch):
     spec = RunSpec("baseline", 1, None, 1, threads=2, cwd="shared")
     assert RunSpec.from_config(spec.config(experiment="E")) == spec
     assert experiment.workdir(spec, tmp_path / "r", user_cwd=tmp_path) == tmp_path
-    assert experiment.workdir(RunSpec("baseline", 1, None, 1), tmp_path / "r") == tmp_path / "r" / "work"
+    assert experiment.workdir(RunSpec("baseline", 1, None, 1, cwd="run"), tmp_path / "r") == tmp_path / "r" / "work"
+    assert experiment.workdir(RunSpec("baseline", 1, None, 1), tmp_path / "r", user_cwd=tmp_path) == tmp_path
     with pytest.raises(ValueError, match="--threads must be a positive integer"):
         plan_runs(nps=[1], backends=["ddp-gloo"], threads=0)
     with pytest.raises(ValueError, match="--cwd must be one of run, shared"):
@@ -245,11 +247,16 @@ def test_oom_is_detected_from_a_run_log(tmp_path):
     assert manifest["config"]["batch_size"] == 4096 and manifest["world_size"] == 2
 
 
-def _finished_run(run_dir: Path, *, world: int, closed: tuple[str, ...]) -> None:
+def _finished_run(run_dir: Path, *, world: int, closed: tuple[str, ...], end_by: str = "script",
+                  steps: int = 3) -> None:
     run_dir.mkdir()
     (run_dir / "run.json").write_text(json.dumps(
         {"format": "scalescope.run", "status": "ok", "end_time": "2026-11-22T16:00:00+00:00",
-         "world_size": world}))
+         "world_size": world, "end": {"by": end_by, "steps": steps, "epoch_ends": 0, "epochs_planned": None,
+                                      "last_epoch_reached": None}}))
+    for rank in range(len(closed)):  # each rank's epoch line: the steps it trained
+        (run_dir / f"rank-{rank:05d}.epochs.jsonl").write_text(json.dumps(
+            {"rank": rank, "epoch": 0, "steps": steps, "samples": 4 * steps, "samples_source": "counted"}) + "\n")
     for rank, how in enumerate(closed):  # "ok"/"killed": closed with that status; "": open
         body = '[\n{"name": "step", "ph": "X", "ts": 1.0, "dur": 2.0, "pid": 0, "tid": 1},\n'
         if how:
@@ -268,6 +275,17 @@ def test_teardown_abort_after_a_finished_run_is_ok_with_a_note(tmp_path):
     assert "teardown" in entry["exit_note"] and "terminate called" in entry["log_tail"]
     manifest = json.loads((tmp_path / "done" / "run.json").read_text())
     assert manifest["status"] == "ok" and manifest["exit_note"] == entry["exit_note"]
+
+
+@pytest.mark.parametrize(("end_by", "steps"), [("exit", 3), ("script", 0)], ids=["exit-handlers", "no-steps"])
+def test_a_non_zero_exit_without_training_to_the_end_is_failed(tmp_path, end_by, steps):
+    """The interpreter's exit handlers close a run "ok" too (hydra caught the exception and
+    exited 1): without the script reaching its end, or without steps, it is failed (issue 34)."""
+    spec = RunSpec("ddp-gloo", 2, 75, 1)
+    _finished_run(tmp_path / "run", world=2, closed=("ok", "ok"), end_by=end_by, steps=steps)
+    entry = sweep.finalize_run(tmp_path / "run", spec, exit_code=1, experiment="E", command=["x"])
+    assert entry["status"] == "failed" and "exit_note" not in entry
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
 
 
 @pytest.mark.parametrize("closed", [("ok", ""), ("ok",), ("ok", "killed")],
@@ -301,7 +319,7 @@ def test_sweep_records_failures_goes_on_and_resumes(tmp_path, tiny):
         assert (oom["status"], oom["exit_code"]) == ("oom", 1)
         assert ok["config"] == {"backend": "baseline", "framework": "none", "np": 1, "batch_size": b,
                                 "repeat": 1, "vary": {"mode": "ok"}, "experiment": "EXP", "threads": "auto",
-                                "cwd": "run"}
+                                "cwd": "shared"}
         # the training wrote run.json; the launcher set status and exit code
         ok_manifest = json.loads((out / ok["run_id"] / "run.json").read_text())
         assert ok_manifest["status"] == "ok" and ok_manifest["exit_code"] == 0

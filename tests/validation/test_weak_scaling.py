@@ -79,6 +79,10 @@ def test_efficiency_is_the_throughput_ratio_in_every_study(tables):
     ratio = np.mean(base) / np.mean(two)  # X(2) / (2 X(1)), the same summarisation (mean of times)
     s = summary.set_index(["config_backend", "n_ranks"]).loc[("ddp-gloo", 2)]
     w = loss.set_index(["config_backend", "n_ranks"]).loc[("ddp-gloo", 2)]
+    if isinstance(s["unreliable"], str):  # a loaded machine: no number in any study, and why (issue 34)
+        assert "ran beside other processes" in s["unreliable"] and w["unreliable"], (s["unreliable"], w["unreliable"])
+        assert np.isnan(s["efficiency_frac"]) and np.isnan(w["efficiency"]), (s["efficiency_frac"], w["efficiency"])
+        pytest.skip(f"the comparison is unreliable here: {s['unreliable']}")
     assert s["efficiency_frac"] == pytest.approx(w["efficiency"], rel=1e-12)
     assert s["speedup"] == pytest.approx(w["speedup"], rel=1e-12)
     assert s["efficiency_frac"] == pytest.approx(ratio, rel=0.05), (s["efficiency_frac"], ratio, pr["outlier"])
