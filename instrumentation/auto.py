@@ -99,10 +99,27 @@ class TimedLoader:
 
 
 def wrap_loader(loader: Iterable) -> Iterable:
-    """Return ``loader`` wrapped so that each ``next()`` is recorded as a ``data`` phase."""
+    """Return ``loader`` wrapped so that each ``next()`` is recorded as a ``data`` phase.
+
+    A loader with a sized ``dataset`` (``torch.utils.data.DataLoader``) gives ``run.json``
+    ``loader_dataset_size`` (``len(loader.dataset)``: the whole dataset before a sampler
+    shards it), and ``dataset_size`` where the script did not set one."""
     if isinstance(loader, TimedLoader):
         return loader
+    _note_dataset(loader)
     return TimedLoader(loader)
+
+
+def _note_dataset(loader: Any) -> None:
+    from instrumentation import run as _run
+
+    try:
+        n = len(loader.dataset)  # type: ignore[attr-defined]
+    except Exception:
+        return
+    if isinstance(n, int) and n > 0:
+        _run.note_manifest({"loader_dataset_size": n}, write=False, override=True)
+        _run.note_manifest({"dataset_size": n}, write=False)
 
 
 # -- model hooks -----------------------------------------------------------------------------

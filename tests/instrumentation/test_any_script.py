@@ -237,3 +237,15 @@ def test_ddp_at_one_process_without_a_process_group_is_recorded(tmp_path, fresh_
     monkeypatch.setenv("WORLD_SIZE", "2")  # more ranks without a process group: recording is off
     with pytest.warns(ssi.InstrumentationWarning, match="torch.distributed is not initialised"):
         assert ssi.init(run_dir=tmp_path / "r2", framework="ddp", sample_interval_s=0).trace_path is None
+
+
+def test_a_wrapped_loader_records_its_dataset_size(tmp_path, fresh_state):
+    import torch
+
+    data = torch.utils.data.TensorDataset(torch.zeros(30, 2))
+    run = ssi.init(run_dir=tmp_path / "r", framework="none", sample_interval_s=0)
+    for _ in ssi.wrap_loader(torch.utils.data.DataLoader(data, batch_size=10)):
+        ssi.step_end()
+    ssi.finish()
+    m = json.loads((run.run_dir / "run.json").read_text())
+    assert m["loader_dataset_size"] == 30 and m["dataset_size"] == 30
