@@ -22,6 +22,7 @@ from analysis.errors import ReadError, RecoveryWarning, ScalescopeError
 from analysis.metrics.commpath import comm_path
 from analysis.readers import nccl as nccl_reader
 from analysis.readers import read
+from instrumentation import paths
 
 
 def nccl_logs(run_dir: str | os.PathLike[str] | None) -> list[Path]:
@@ -352,8 +353,22 @@ def _comm(run_dir: Path | None, manifest: dict | None) -> dict:
     return {"comm_path": info["comm_path"], "comm_warnings": "; ".join(info["comm_warnings"]) or None}
 
 
+def _inferred(values: pd.Series) -> pd.Series:
+    """An extra column typed as pandas would infer it; kept as Python objects where its text
+    cannot be a string column (a lone surrogate: a file name that is not UTF-8)."""
+    try:
+        return pd.Series(values.tolist(), index=values.index, name=values.name)
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return values
+
+
 def _typed_runs(rows: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame(rows)
+    # built as objects: a path or name that is not UTF-8 (lone surrogates) cannot be in a
+    # string column, and a run's real path must stay as it is to be read
+    df = pd.DataFrame(rows, dtype=object)
+    for col in df.columns:
+        if col not in RUN_COLUMNS:
+            df[col] = _inferred(df[col])
     for col, dtype in RUN_COLUMNS.items():
         if col not in df:
             df[col] = None
@@ -395,12 +410,16 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
     entry = rundir.clean_fields(entry, rundir.EXPERIMENT_RUN_SCHEMA, problems, prefix=f"runs.{entry['run_id']}.")
     damage = rundir.field_damage("experiment.json", path / "experiment.json", problems, str(entry["run_id"]))
     expected = entry.get("status") in (OK_STATUS, None)
+    if paths.leaves(run_dir):
+        damage.append(_damage("run directory", run_dir, paths.LEAVES, "all data"))
+        return (name, entry, None, None, damage)
     if not run_dir.is_dir():
         if expected:
             damage.append(_damage("run directory", run_dir, "listed in experiment.json but the directory is missing",
                                   "all data"))
         return (name, entry, None, None, damage)
     manifest = None
+    damage.extend(_logs_out(run_dir))
     if (run_dir / "run.json").exists():
         try:
             manifest, bad_fields = rundir.checked_manifest(run_dir, str(entry["run_id"]))
@@ -412,6 +431,13 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
         damage.append(_damage("run.json", run_dir / "run.json", "missing",
                               "events, samples and GPU mapping (the run's row comes from experiment.json)"))
     return (name, entry, run_dir, manifest, damage)
+
+
+def _logs_out(run_dir: Path) -> list[dict]:
+    """The run's logs that are links out of the experiment: named, never quoted (the other
+    files are named by the reader that refuses them)."""
+    return [_damage("log", f, paths.LEAVES, "its log tail") for f in (run_dir / "stderr.log", run_dir / "stdout.log")
+            if f.is_symlink() and paths.leaves(f)]
 
 
 def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[dict]]:
@@ -434,8 +460,9 @@ def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[d
     out, damage, listed = [], rundir.field_damage("experiment.json", exp_file, problems, None), set()
     for i, entry in enumerate(runs):
         rid = entry.get("run_id") if isinstance(entry, dict) else None
-        if not isinstance(rid, str) or not rid or Path(rid).name != rid:
-            damage.append(_damage("experiment.json", exp_file, f"runs[{i}] has no valid run_id", f"runs[{i}]"))
+        if not paths.is_run_id(rid):  # "../x", "/abs", "..": never followed out of the experiment
+            damage.append(_damage("experiment.json", exp_file, f"runs[{i}] has no valid run_id (not a directory "
+                                  "name inside the experiment; not followed)", f"runs[{i}]"))
             continue
         listed.add(rid)
         out.append(_experiment_run(path, name, entry))
@@ -454,6 +481,9 @@ def _scan_dirs(path: Path, name: str) -> tuple[list[_Scanned], list[dict]]:
     """The run directories (holding a run.json) inside ``path``."""
     out = []
     for d in sorted(d for d in path.iterdir() if (d / "run.json").exists()):
+        if paths.leaves(d):
+            out.append((name, {"run_id": d.name}, None, None, [_damage("run directory", d, paths.LEAVES, "all data", run_id=d.name)]))
+            continue
         try:
             out.append((name, {}, d, *rundir.checked_manifest(d)))
         except ReadError as exc:
@@ -499,7 +529,8 @@ def damage_message(d: dict) -> str:
 def damage_frame(records: list[dict]) -> pd.DataFrame:
     if not records:
         return empty_frame(DAMAGE_COLUMNS)
-    return pd.DataFrame([{c: d.get(c) for c in DAMAGE_COLUMNS} for d in records], columns=list(DAMAGE_COLUMNS))
+    return pd.DataFrame([{c: d.get(c) for c in DAMAGE_COLUMNS} for d in records], columns=list(DAMAGE_COLUMNS),
+                        dtype=object)
 
 
 def runs_table(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> tuple[pd.DataFrame, list[dict]]:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from instrumentation import scheduler
+from instrumentation import paths, scheduler
 from instrumentation.experiment import (
     FINAL_STATUSES,
     RunSpec,
@@ -68,13 +68,13 @@ def reconcile(out: Path) -> dict[str, dict]:
     watched = [_job_id(e) for e in data.get("runs", [])
                if e.get("status") in ACTIVE_STATUSES or _killed_unrecorded(e)]
     if not any(watched):
-        return {e["run_id"]: e for e in data.get("runs", []) if isinstance(e, dict)}
+        return {e["run_id"]: e for e in data.get("runs", []) if isinstance(e, dict) and paths.is_run_id(e.get("run_id"))}
     states = scheduler.job_states(j for j in watched if j)
 
     def apply(entries: dict) -> None:
         for run_id, entry in entries.items():
             job = _job_id(entry)
-            if job is None:
+            if job is None or not paths.is_run_id(run_id):  # never followed out of the experiment
                 continue
             if job not in states and entry.get("status") in ACTIVE_STATUSES:
                 states[job] = scheduler.JobState(job, "UNKNOWN", "not known to squeue or sacct any more", None, "none")
@@ -82,7 +82,7 @@ def reconcile(out: Path) -> dict[str, dict]:
                 entries[run_id] = _reconciled(out, entry, states[job])
 
     result = update_entries(out, apply)
-    return {e["run_id"]: e for e in result["runs"]}
+    return {e["run_id"]: e for e in result["runs"] if paths.is_run_id(e.get("run_id"))}
 
 
 def _killed_unrecorded(entry: dict) -> bool:
@@ -107,8 +107,12 @@ def _reconciled(out: Path, entry: dict, job: scheduler.JobState) -> dict:
         spec = RunSpec.from_config(entry.get("config") or {})
     except (KeyError, ValueError, TypeError):
         return {**entry, "status": status or "failed", "slurm": slurm}
+    try:
+        run_dir = paths.run_dir(out, entry["run_id"])
+    except ValueError:  # a link out of the experiment: recorded here, nothing written there
+        return {**entry, "status": status or "failed", "slurm": slurm}
     exit_code = scheduler.job_exit_code(slurm["job_id"])
-    recorded = finalize_run(out / entry["run_id"], spec, exit_code=exit_code, status=status,
+    recorded = finalize_run(run_dir, spec, exit_code=exit_code, status=status,
                             experiment=(entry.get("config") or {}).get("experiment") or out.name,
                             command=[], wall_s=entry.get("wall_s"))
     recorded.pop("command", None)
@@ -229,7 +233,9 @@ def status_rows(out: Path) -> tuple[list[dict], str | None]:
     data = load_experiment(out)
     if data is None:
         raise FileNotFoundError(f"{out}: no experiment.json (not an experiment directory)")
-    entries = {e["run_id"]: e for e in data.get("runs", []) if isinstance(e, dict) and "run_id" in e}
+    listed = [e for e in data.get("runs", []) if isinstance(e, dict) and "run_id" in e]
+    invalid = [e for e in listed if not paths.is_run_id(e["run_id"])]
+    entries = {e["run_id"]: e for e in listed if paths.is_run_id(e["run_id"])}
     problem = None
     if any(_job_id(e) and e.get("status") in ACTIVE_STATUSES for e in entries.values()):
         try:
@@ -241,12 +247,15 @@ def status_rows(out: Path) -> tuple[list[dict], str | None]:
         slurm = e.get("slurm") or {}
         status = e.get("status") or "unknown"
         if status == "running" and not slurm:  # a local run: its own manifest may know better
-            status = _run_manifest_status(out / run_id) or status
+            status = _run_manifest_status(out, run_id) or status
         tail = (e.get("log_tail") or "").strip().splitlines()
         note = e.get("exit_note") or (tail[-1] if tail else "")
         rows.append({"run_id": run_id, "status": status, "job_id": slurm.get("job_id"),
                      "slurm_state": slurm.get("state") or _live_state(status, slurm),
                      "wall_s": e.get("wall_s"), "note": note})
+    for e in invalid:  # "../other/run", "/abs": shown, never opened or written
+        rows.append({"run_id": str(e["run_id"])[:80], "status": "invalid", "job_id": None, "slurm_state": None,
+                     "wall_s": None, "note": "run id is not a directory name inside the experiment; not followed"})
     return rows, problem
 
 
@@ -256,9 +265,9 @@ def _live_state(status: str, slurm: dict) -> str | None:
     return {"queued": "PENDING", "running": "RUNNING"}.get(status)
 
 
-def _run_manifest_status(run_dir: Path) -> str | None:
+def _run_manifest_status(out: Path, run_id: str) -> str | None:
     try:
-        return json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("status")
+        return json.loads((paths.run_dir(out, run_id) / "run.json").read_text(encoding="utf-8")).get("status")
     except (OSError, ValueError, AttributeError):
         return None
 
