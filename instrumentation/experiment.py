@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from instrumentation import commpath
+from instrumentation import commpath, paths
 from instrumentation import threads as _threads
 from instrumentation.manifest import slurm_env, write_json_atomic
 from instrumentation.recorder import closed_status, trace_path
@@ -39,6 +39,7 @@ __all__ = [
     "FORMAT_VERSION",
     "RUN_FORMAT",
     "Experiment",
+    "ExperimentInUse",
     "RankWrapper",
     "RunSpec",
     "classify_exit",
@@ -56,6 +57,7 @@ __all__ = [
     "run_env",
     "set_aside",
     "summary",
+    "sweep_lock",
     "update_entries",
     "with_user_path",
     "workdir",
@@ -280,14 +282,18 @@ _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
 def resolve_script(script: Sequence[str], *, python: str | None = None,
-                   user_cwd: str | os.PathLike[str] | None = None) -> list[str]:
+                   user_cwd: str | os.PathLike[str] | None = None,
+                   kept: list[str] | None = None) -> list[str]:
     """The script command with ``python`` replaced by this interpreter (so the venv is used).
 
     A command starting with a ``.py`` file gets the interpreter prepended. With ``user_cwd``
-    (the directory the sweep was started in), every argument that names an existing file or
-    directory relative to it (also the value of ``--opt=path``) is made absolute, so the
-    script and its inputs resolve as typed although the run executes in a working directory
-    of its own; the module of ``-m`` and the code of ``-c`` are left alone.
+    (the directory the sweep was started in), what is certainly a path is made absolute, so
+    it resolves as typed although the run executes in a working directory of its own: the
+    script Python runs, and an argument (or the value of ``--opt=path``) written with a
+    ``/`` (``data/``, ``./conf.yaml``, ``../x``) that names an existing file or directory. A
+    bare word (``--split test``) is never rewritten, even where a file or folder of that name
+    exists: it may be a plain value. Such words are appended to ``kept`` (for a warning).
+    The module of ``-m`` and the code of ``-c`` are left alone.
     """
     if not script:
         raise ValueError("no training command given (put it after `--`)")
@@ -298,29 +304,38 @@ def resolve_script(script: Sequence[str], *, python: str | None = None,
     elif cmd[0].endswith(".py"):
         cmd.insert(0, python)
     if user_cwd is not None:
-        cmd = _absolute_paths(cmd, Path(user_cwd))
+        cmd = _absolute_paths(cmd, Path(user_cwd), kept if kept is not None else [])
     return cmd
 
 
-def _absolute_paths(cmd: list[str], user_cwd: Path) -> list[str]:
-    def absolute(arg: str) -> str:
+def _absolute_paths(cmd: list[str], user_cwd: Path, kept: list[str]) -> list[str]:
+    def absolute(arg: str, *, script: bool = False) -> str:
         if not arg or arg.startswith("-") or os.path.isabs(arg):
             return arg
         path = user_cwd / arg
-        return str(path.absolute()) if path.exists() else arg
+        if not path.exists():
+            return arg
+        if script or "/" in arg:  # certainly a path
+            return str(path.absolute())
+        kept.append(arg)  # a bare word that happens to name a file here: maybe a plain value
+        return arg
 
     out = [cmd[0] if os.path.isabs(cmd[0]) or "/" not in cmd[0] else absolute(cmd[0])]
-    keep_next = False
+    is_python = cmd[0] == sys.executable or bool(_PYTHON_NAME.match(Path(cmd[0]).name))
+    keep_next, script_seen = False, not is_python
     for arg in cmd[1:]:
         if keep_next:
             out.append(arg)
             keep_next = False
-        elif arg in ("-m", "-c"):
+        elif arg in ("-m", "-c") and not script_seen:
             out.append(arg)
-            keep_next = True
+            keep_next, script_seen = True, True
         elif arg.startswith("--") and "=" in arg:
             name, _, value = arg.partition("=")
             out.append(f"{name}={absolute(value)}")
+        elif not script_seen and not arg.startswith("-"):
+            out.append(absolute(arg, script=True))  # the file Python runs
+            script_seen = True
         else:
             out.append(absolute(arg))
     return out
@@ -474,6 +489,8 @@ def run_env(
 
 
 def _read_tail(path: Path, *, max_bytes: int = 65536) -> str:
+    if paths.leaves(path):  # a link out of the experiment: its content is never quoted
+        return ""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -644,7 +661,8 @@ class Experiment:
         old = load_experiment(out) or {}
         exp = cls(out=Path(out), name=experiment, command=command, script=script,
                   created=old.get("created") or now())
-        previous = {e.get("run_id"): e for e in old.get("runs", []) if isinstance(e, dict)}
+        previous = {e["run_id"]: e for e in old.get("runs", [])
+                    if isinstance(e, dict) and paths.is_run_id(e.get("run_id"))}
         for spec in plan:
             entry = previous.pop(spec.run_id, None)
             if entry is None or entry.get("status") not in keep:
@@ -678,7 +696,9 @@ def experiment_lock(out: Path) -> Iterator[None]:
     has none), held by every writer of ``experiment.json`` that may run while SLURM jobs
     finalize. Not re-entrant: do not nest it."""
     Path(out).mkdir(parents=True, exist_ok=True)
-    with open(Path(out) / ".experiment.lock", "a") as f:
+    # O_NOFOLLOW: a lock file that is a link (in a shared experiment) creates nothing elsewhere
+    fd = os.open(Path(out) / ".experiment.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "a") as f:
         try:
             import fcntl
 
@@ -686,6 +706,53 @@ def experiment_lock(out: Path) -> Iterator[None]:
         except (ImportError, OSError):
             pass
         yield
+
+
+class ExperimentInUse(ValueError):
+    """Another sweep is writing into the experiment (:func:`sweep_lock`)."""
+
+
+@contextlib.contextmanager
+def sweep_lock(out: Path) -> Iterator[None]:
+    """Hold ``OUT/.sweep.lock`` for the whole of a sweep, so that two sweeps never write one
+    experiment (each would rewrite ``experiment.json`` without the other's runs, and set aside
+    the other's running run). An ``flock``: the kernel releases it when the sweep's process
+    ends, however it ends, so a crashed sweep never leaves the experiment locked. The file
+    records who holds it (pid, host, start), for the error.
+
+    Raises :class:`ExperimentInUse` (a ValueError: one line naming the experiment and the
+    holder) when another process holds it."""
+    import socket
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / ".sweep.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "r+") as f:
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: no protection, as before
+            yield
+            return
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = f.read(200).strip() or "another process"
+            raise ExperimentInUse(f"--out {out}: the experiment is in use by another sweep ({holder}); wait for it "
+                                  "to end, or give another --out") from None
+        except OSError:  # a file system without locks: no protection, as before
+            yield
+            return
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {now()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                f.seek(0)
+                f.truncate()
 
 
 def update_entries(out: Path, update: Callable[[dict], dict | None], *, name: str | None = None) -> dict:
@@ -700,8 +767,11 @@ def update_entries(out: Path, update: Callable[[dict], dict | None], *, name: st
     with experiment_lock(out):
         data = load_experiment(out) or {"format": EXPERIMENT_FORMAT, "format_version": FORMAT_VERSION,
                                         "name": name or out.name, "created": now(), "runs": []}
-        entries = {e.get("run_id"): e for e in data.get("runs", []) if isinstance(e, dict)}
+        # an entry whose run_id is not a run id ("../x", a list) is kept as it is, never handed on
+        runs = [e for e in data.get("runs", []) if isinstance(e, dict)]
+        entries = {e["run_id"]: e for e in runs if paths.is_run_id(e.get("run_id"))}
         update(entries)
+        entries.update({("invalid", i): e for i, e in enumerate(runs) if not paths.is_run_id(e.get("run_id"))})
         data["runs"] = list(entries.values())
         data["updated"] = now()
         write_json_atomic(out / "experiment.json", data)
