@@ -629,6 +629,8 @@ def load_experiment(out: Path) -> dict | None:
     path = Path(out) / "experiment.json"
     if not path.exists():
         return None
+    if paths.leaves(path):
+        raise ValueError(f"{path}: {paths.LEAVES}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

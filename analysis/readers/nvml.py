@@ -29,6 +29,15 @@ explicit offset are converted exactly. ``ts_ns`` is Unix-epoch ns. ``host`` come
 
 Rows with the wrong number of fields or an unparsable timestamp (including a repeated header
 line from an appended log) are dropped with one RecoveryWarning giving the count.
+
+Locales and clocks (each a RecoveryWarning naming the cause, never a silent loss): a log
+written under a locale with a decimal comma (``73,41 W``; nvidia-smi puts a space after
+each separator, none after a decimal comma) is read with decimal points; a GPU's clock
+stepping back by more than a second (a daylight-saving change read without ``tz=``, a clock
+set back) is named with the size of the step; with ``tz=``, a time in the hour a
+daylight-saving change repeats is placed by its order in the log (before the clock stepped
+back: summer time, after it: winter time), and one in the hour a change skips, which does
+not exist in that zone, is dropped as such.
 """
 
 from __future__ import annotations
