@@ -259,6 +259,17 @@ def render(ctx: Context, sections: Sequence[Section], dirs: Sequence[str | Path]
     })
 
 
+def _check_out(out: Path, root: Path) -> None:
+    """ScalescopeError naming the folder when the report would be written outside the folder
+    the user named (``--out``, else the experiment): ``report/`` or its ``export/`` a
+    symbolic link out of it (a shared experiment's links are never written through)."""
+    from instrumentation.paths import LEAVES, outside
+
+    for d in (out, out / "export"):
+        if (d.is_symlink() or d.exists()) and outside(d, root):
+            raise ScalescopeError(f"{d}: {LEAVES}; the report is not written there (give --out)")
+
+
 def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str | Path | None = None, *,
                  static: bool = True) -> Path:
     """Build the HTML report of an experiment and its ``export/`` folder.
@@ -282,6 +293,7 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
 
     dirs = [experiment_dir] if isinstance(experiment_dir, (str, Path)) else list(experiment_dir)
     out = Path(out_dir) if out_dir is not None else Path(dirs[0]) / "report"
+    _check_out(out, Path(dirs[0]) if out_dir is None else out)
     out.mkdir(parents=True, exist_ok=True)
     with recording() as caught:
         ctx = load(dirs)

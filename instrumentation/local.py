@@ -221,7 +221,7 @@ def _left_behind(session: int, run_dir: str) -> list[int]:
     """The processes still alive of a run whose launcher (session leader ``session``) has
     exited: in its session or process group, or (a daemon that called ``setsid``) carrying
     the run's ``SCALESCOPE_RUN_DIR`` in its environment. Zombies are not counted."""
-    marker = f"SCALESCOPE_RUN_DIR={run_dir}".encode()
+    marker = os.fsencode(f"SCALESCOPE_RUN_DIR={run_dir}")  # the bytes of a name that is not UTF-8
     mine = {os.getpid(), os.getppid()}
     found = []
     try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["LEAVES", "experiment_root", "is_run_id", "leaves", "run_dir"]
+__all__ = ["LEAVES", "experiment_root", "is_run_id", "leaves", "outside", "run_dir"]
 
 #: What a refused link is called (never followed by its target's name or content).
 LEAVES = "a symbolic link leaving the experiment (not followed)"
@@ -39,12 +39,14 @@ def run_dir(out: str | os.PathLike[str], run_id: object) -> Path:
         raise ValueError(f"{Path(out) / 'experiment.json'}: run id {str(run_id)[:80]!r} is not a directory "
                          "name inside the experiment; not followed")
     path = Path(out) / str(run_id)
-    if _outside(path, Path(out)):
+    if outside(path, Path(out)):
         raise ValueError(f"{path}: {LEAVES}")
     return path
 
 
-def _outside(path: Path, root: Path) -> bool:
+def outside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
+    """Whether ``path``, once symbolic links are followed, lies outside ``root`` (also
+    followed); a path that cannot be resolved counts as outside."""
     try:
         real, top = os.path.realpath(path), os.path.realpath(root)
     except (OSError, ValueError):
@@ -74,4 +76,4 @@ def leaves(path: str | os.PathLike[str]) -> bool:
     run directory) it is reached through (:func:`experiment_root`). A path in neither never
     leaves: a file given on its own is the user's choice."""
     root = experiment_root(path)
-    return root is not None and _outside(Path(path), root)
+    return root is not None and outside(path, root)

@@ -244,7 +244,7 @@ def _check_order(ts: pd.Series, devices: object, path: Path) -> None:
     if len(ts) < 2:
         return
     frame = pd.DataFrame({"ts": ts.to_numpy(), "device": devices if devices is not None else 0})
-    back = frame.groupby("device", dropna=False)["ts"].transform(lambda t: t.cummax() - t)
+    back = frame.groupby("device", dropna=False)["ts"].cummax() - frame["ts"]
     worst = back.max()
     if pd.notna(worst) and worst > pd.Timedelta(seconds=1):
         row = int(back.to_numpy().argmax())

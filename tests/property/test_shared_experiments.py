@@ -270,3 +270,21 @@ def test_the_export_folder_holds_only_the_current_report(tmp_path):
     report.export([], export_dir, static=False)
     assert (tmp_path / "victim.csv").read_text() == "keep"
     assert {p.name for p in export_dir.iterdir()} == {"scaling.tex", "my_notes.txt", "my_table.tex", report.WRITTEN}
+
+
+def test_a_report_folder_that_links_out_of_the_experiment_is_not_written_through(tmp_path):
+    from analysis.errors import ScalescopeError
+
+    exp = _experiment(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (exp / "report").symlink_to(victim)
+    with pytest.raises(ScalescopeError, match="leaving the experiment"):
+        report.build_report(exp, static=False)
+    assert list(victim.iterdir()) == []
+    (exp / "report").unlink()
+    (exp / "report").mkdir()
+    (exp / "report" / "export").symlink_to(victim)
+    with pytest.raises(ScalescopeError, match="leaving the experiment"):
+        report.build_report(exp, static=False)
+    assert list(victim.iterdir()) == []

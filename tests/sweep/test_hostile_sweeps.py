@@ -205,3 +205,16 @@ def test_a_backslash_in_the_experiment_path_is_refused_with_slurm(tmp_path_facto
 def test_an_experiment_path_that_is_not_utf8_is_named_with_slurm(tmp_path, capsys):
     err = _refused(tmp_path, capsys, b"exp\xff\xfe", "--slurm")
     assert "--out" in err and "not UTF-8" in err and "\\udcff" in err
+
+
+def test_a_local_sweep_and_status_into_a_folder_whose_name_is_not_utf8(tmp_path, monkeypatch, capsys):
+    from instrumentation import slurm_jobs
+
+    out = Path(os.fsdecode(os.fsencode(tmp_path) + b"/exp\xff"))
+    monkeypatch.chdir(tmp_path)
+    rc = local.run_local([RunSpec("baseline", 1, None, 1)], script=["python", "-c", "pass"], out=out,
+                         command=["test"], opts=local.LocalOptions())
+    assert rc == 0
+    assert slurm_jobs.status_main(out) == 0
+    printed = capsys.readouterr().out
+    assert "1 ok" in printed and "\\udcff" in printed
