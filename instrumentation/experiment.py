@@ -789,8 +789,10 @@ def summary(entries: dict[str, dict], plan: Sequence[RunSpec], out: Path) -> tup
 
 
 def set_aside(run_dir: Path, out: Path) -> None:
-    """Move an earlier, unfinished attempt's files to ``out/.attempts/`` so runs never mix."""
-    if not run_dir.exists() or not any(run_dir.iterdir()):
+    """Move an earlier, unfinished attempt's files to ``out/.attempts/`` so runs never mix.
+    A run directory that is a symbolic link (in a shared experiment) is moved aside as a link,
+    so the run never writes through it."""
+    if not run_dir.is_symlink() and (not run_dir.exists() or not any(run_dir.iterdir())):
         return
     dest_root = out / ".attempts"
     dest_root.mkdir(exist_ok=True)

@@ -218,3 +218,17 @@ def test_a_local_sweep_and_status_into_a_folder_whose_name_is_not_utf8(tmp_path,
     assert slurm_jobs.status_main(out) == 0
     printed = capsys.readouterr().out
     assert "1 ok" in printed and "\\udcff" in printed
+
+
+def test_a_run_directory_that_is_a_link_is_moved_aside_never_written_through(tmp_path, monkeypatch):
+    out, victim = tmp_path / "EXP", tmp_path / "victim"
+    out.mkdir()
+    victim.mkdir()
+    spec = RunSpec("baseline", 1, None, 1)
+    (out / spec.run_id).symlink_to(victim)  # a shared experiment's link, to an empty folder
+    monkeypatch.chdir(tmp_path)
+    assert local.run_local([spec], script=["python", "-c", "pass"], out=out, command=["t"],
+                           opts=local.LocalOptions()) == 0
+    assert list(victim.iterdir()) == []
+    assert not (out / spec.run_id).is_symlink() and (out / spec.run_id / "run.json").is_file()
+    assert (out / ".attempts" / f"{spec.run_id}-1").is_symlink()
