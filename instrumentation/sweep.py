@@ -195,16 +195,21 @@ def _plan(args: argparse.Namespace) -> list[RunSpec]:
                      cwd=getattr(args, "cwd", "run") or "run")
 
 
-def _check_out(out: Path, args: argparse.Namespace) -> None:
+def _check_out(out: Path, args: argparse.Namespace, plan: Sequence[RunSpec] = ()) -> None:
     """ValueError naming ``--out`` when the experiment path cannot reach a tool intact, checked
     before anything is written: nsys expands ``%`` in its output name (``%h``, ``%p``,
     ``%q{VAR}``), so a profile would land elsewhere; SLURM reads a backslash in an ``#SBATCH``
     file name as "no pattern expansion" and drops it; a SLURM script is UTF-8 text, so the
-    path must be too."""
+    path must be too; NCCL expands ``%h`` and ``%p`` in ``NCCL_DEBUG_FILE``."""
     text = str(out)
     if getattr(args, "nsys", False) and "%" in text:
         raise ValueError(f"--out {printable(text)}: holds '%', which nsys expands in its output file name "
                          "(%h, %p, %q{VAR}), so the profiles would land elsewhere; choose a path without '%'")
+    nccl = any(s.framework == "horovod" or s.backend == "ddp-nccl" for s in plan)
+    if nccl and not getattr(args, "no_nccl_debug", False) and re.search("%[hp]", text):
+        raise ValueError(f"--out {printable(text)}: holds '%h' or '%p', which NCCL expands in NCCL_DEBUG_FILE "
+                         "(<run>/nccl.%h.%p.log), so its logs would land elsewhere; choose another path, or "
+                         "give --no-nccl-debug")
     if args.slurm:
         try:
             text.encode("utf-8")
@@ -233,7 +238,7 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
     try:
         script = _script(args)
         plan = _plan(args)
-        _check_out(Path(args.out).resolve(), args)  # before anything is written or looked up
+        _check_out(Path(args.out).resolve(), args, plan)  # before anything is written or looked up
         if args.slurm:
             # SLURM scripts carry the profiler variables on each rank's command line
             wrappers = [*wrappers, *profilers.wrappers_from_args(args, with_env=True)]

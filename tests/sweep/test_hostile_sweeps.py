@@ -232,3 +232,15 @@ def test_a_run_directory_that_is_a_link_is_moved_aside_never_written_through(tmp
     assert list(victim.iterdir()) == []
     assert not (out / spec.run_id).is_symlink() and (out / spec.run_id / "run.json").is_file()
     assert (out / ".attempts" / f"{spec.run_id}-1").is_symlink()
+
+
+@pytest.mark.parametrize("name", ["a%hb", "%p", "x%h%p"])
+def test_a_percent_nccl_expands_is_refused_where_nccl_logs_are_captured(tmp_path, capsys, name):
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    argv = ("--np", "2", "--backend", "horovod-gloo", "--out", str(parent / name), "--", "python", "-c", "pass")
+    assert sweep.run(_args(*argv)) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "NCCL" in err and len(err.strip().splitlines()) == 1
+    assert list(parent.iterdir()) == []
+    assert sweep.run(_args("--no-nccl-debug", *argv[:-4], "--dry-run", *argv[-4:])) == 0  # the way out it names
