@@ -245,9 +245,9 @@ def _jsonable(value: object) -> object:
     """A value JSON cannot encode, as a number or text (``json.dumps(default=...)``): a NumPy
     or one-element torch scalar as its number, a small array or tensor as a list, a path as
     its text, anything else as ``str``."""
-    size = getattr(value, "size", None)
-    n = value.numel() if callable(getattr(value, "numel", None)) else size if isinstance(size, int) else None
     try:
+        size = getattr(value, "size", None)
+        n = value.numel() if callable(getattr(value, "numel", None)) else size if isinstance(size, int) else None
         if n == 1 and callable(getattr(value, "item", None)):
             return value.item()
         if n is not None and n <= 64 and callable(getattr(value, "tolist", None)):
@@ -256,7 +256,14 @@ def _jsonable(value: object) -> object:
         pass
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    return str(value)
+    return _text(value)
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:  # a __str__ that fails: its type still says something
+        return f"<{type(value).__name__}>"
 
 
 def _args_json(args: dict) -> str:
@@ -265,8 +272,8 @@ def _args_json(args: dict) -> str:
     text, so one odd ``mark()`` argument costs that record's detail, never the trace."""
     try:
         return json.dumps(args, separators=(",", ":"), default=_jsonable)
-    except (TypeError, ValueError, RecursionError):
-        return json.dumps({str(k): _one(v) for k, v in args.items()}, separators=(",", ":"), default=_jsonable)
+    except Exception:  # a key that is not a string, a cycle, a failing __str__
+        return json.dumps({_text(k): _one(v) for k, v in args.items()}, separators=(",", ":"), default=_jsonable)
 
 
 def _one(value: object) -> object:
@@ -274,5 +281,5 @@ def _one(value: object) -> object:
     try:
         json.dumps(value, default=_jsonable)
         return value
-    except (TypeError, ValueError, RecursionError):
-        return str(value)
+    except Exception:  # anything an argument's own methods raise costs only it
+        return _text(value)

@@ -166,15 +166,12 @@ def _parse_ts(values: pd.Series, tz: object, path: Path | None = None) -> pd.Ser
     rest = ~smi & s.str.match(_ISO_TS.pattern)
     if rest.any():
         parsed = [pd.Timestamp(v) if _ok_ts(v) else pd.NaT for v in s[rest]]
-        conv = []
-        for p in parsed:
-            if p is pd.NaT:
-                conv.append(pd.NaT)
-            elif p.tzinfo is None:
-                conv.append(_localize(pd.Series([p]), tz, None).iloc[0])
-            else:
-                conv.append(p.tz_convert("UTC"))
+        naive = [p is not pd.NaT and p.tzinfo is None for p in parsed]
+        conv = [p.tz_convert("UTC") if p is not pd.NaT and not n else pd.NaT for p, n in zip(parsed, naive, strict=True)]
         out[rest] = pd.Series(conv, index=s[rest].index, dtype="datetime64[ns, UTC]")
+        if any(naive):  # all at once, in file order: a repeated hour is placed by order, with a warning
+            idx = s[rest].index[np.asarray(naive)]
+            out[idx] = _localize(pd.Series([p for p, n in zip(parsed, naive, strict=True) if n], index=idx), tz, path)
     return out
 
 

@@ -52,9 +52,20 @@ class _Opaque:
         return "<opaque>"
 
 
+class _Hostile:
+    """Every method JSON's fallback might call raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+    @property
+    def size(self) -> int:
+        raise RuntimeError("no size")
+
+
 def _odd_values():
     vals = [np.float32(1.5), np.int64(7), np.bool_(True), np.array([1, 2]), np.arange(1000), Path("/x/y"),
-            _Opaque(), {1, 2}, b"\xff", {"nested": np.float16(2.0)}, {(1, 2): "tuple key"}, float("nan")]
+            _Opaque(), _Hostile(), {1, 2}, b"\xff", {"nested": np.float16(2.0)}, {(1, 2): "tuple key"}, float("nan")]
     try:
         import torch
     except ImportError:
@@ -137,6 +148,10 @@ def test_a_clock_stepping_back_is_warned_and_tz_places_the_repeated_hour(tmp_pat
     assert "clock steps back" not in said  # in UTC the samples are in order
     steps = np.diff(zoned["ts_ns"].to_numpy()) / 60e9
     assert list(steps) == [20.0] * (len(times) - 1)
+    iso = tmp_path / "dst_iso.csv"  # the same log with ISO-8601 times (naive): the same placement
+    iso.write_text(HEADER + "".join(f"2023-10-29T{t}:00, 0, 50 %, 100 MiB, 70.00 W, 1000 MHz\n" for t in times))
+    with pytest.warns(RecoveryWarning, match="daylight-saving"):
+        assert list(nvml.read(iso, run_id="r", tz="Europe/Berlin")["ts_ns"]) == list(zoned["ts_ns"])
     # the hour a change skips (26 March 2023, 02:00-03:00) does not exist: named, not "garbage"
     gap = tmp_path / "gap.csv"
     gap.write_text(HEADER + "2023/03/26 01:59:00.000, 0, 1 %, 1 MiB, 1.00 W, 1 MHz\n"
