@@ -256,8 +256,9 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
     if backend is None and framework not in (None, "none") and "-" in str(config.get("backend", "")):
         backend = str(config["backend"]).split("-", 1)[1]
     row = {
-        "run_id": entry.get("run_id") or m.get("run_id") or (run_dir.name if run_dir else None),
-        "experiment": experiment,
+        # labels, not paths (the path column is what is opened): text any column can hold
+        "run_id": paths.name_text(entry.get("run_id") or m.get("run_id") or (run_dir.name if run_dir else None)),
+        "experiment": paths.name_text(experiment),
         "path": str(run_dir) if run_dir is not None else None,
         "status": status,
         "exit_code": exit_code,
@@ -387,7 +388,7 @@ _Scanned = tuple[str | None, dict, Path | None, dict | None, list[dict]]
 
 
 def _damage(part: str, path: Path | str | None, reason: str, excluded: str, run_id: str | None = None) -> dict:
-    return {"run_id": run_id, "part": part, "path": None if path is None else str(path), "reason": reason,
+    return {"run_id": paths.name_text(run_id), "part": part, "path": None if path is None else str(path), "reason": reason,
             "excluded": excluded}
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["LEAVES", "experiment_root", "is_run_id", "leaves", "outside", "run_dir"]
+__all__ = ["LEAVES", "experiment_root", "is_run_id", "leaves", "name_text", "outside", "run_dir"]
 
 #: What a refused link is called (never followed by its target's name or content).
 LEAVES = "a symbolic link leaving the experiment (not followed)"
@@ -77,3 +77,21 @@ def leaves(path: str | os.PathLike[str]) -> bool:
     leaves: a file given on its own is the user's choice."""
     root = experiment_root(path)
     return root is not None and outside(path, root)
+
+
+def name_text(name: str) -> str:
+    """A name from the file system (a directory name, a run id read back from JSON) as text
+    that every string column and every UTF-8 file can hold: the bytes of a name that is not
+    UTF-8 (Python's lone surrogates) shown as ``\\xff``; a UTF-8 name is unchanged. Names
+    that differ stay different. The path itself is kept as it is where a file is opened."""
+    if not isinstance(name, str):
+        return name
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        raw = name.encode("utf-8", "surrogateescape") if all(
+            not 0xD800 <= ord(c) < 0xDC80 and not 0xDD00 <= ord(c) < 0xE000 for c in name) else None
+        if raw is None:  # surrogates no file name decodes to (JSON "\\ud800"): their code points
+            return name.encode("utf-8", "backslashreplace").decode("utf-8")
+        return raw.decode("utf-8", "backslashreplace")

@@ -229,14 +229,20 @@ def test_cjk_partition_names_stay_distinct_and_compile(tmp_path):
 # ------------------------------------------------------------------ a folder name that is not UTF-8
 
 def test_report_into_a_folder_whose_name_is_not_utf8(tmp_path):
-    exp = Path(os.fsdecode(os.fsencode(tmp_path) + b"/exp\xff\xfe"))
-    shutil.copytree(DATA / "experiment_small", exp)
-    proc = subprocess.run([sys.executable, "-m", "analysis.cli", "report", exp, "--no-static"], capture_output=True,
+    # two experiments named after their folders, as a sweep names them, read as one folder
+    base = Path(os.fsdecode(os.fsencode(tmp_path) + b"/parts\xfe"))
+    base.mkdir()
+    for tag in (b"a\xff", b"b\xff"):
+        exp = Path(os.fsdecode(os.fsencode(base) + b"/" + tag))
+        shutil.copytree(DATA / "experiment_small", exp)
+        manifest = json.loads((exp / "experiment.json").read_text())
+        manifest["name"] = exp.name
+        (exp / "experiment.json").write_text(json.dumps(manifest))
+    proc = subprocess.run([sys.executable, "-m", "analysis.cli", "report", base, "--no-static"], capture_output=True,
                           cwd=ROOT, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 0, err
     assert "This is a bug" not in err
-    assert b"\\udcff" in proc.stdout  # the name shown escaped, as everywhere
-    page = (exp / "report" / "index.html").read_text(encoding="utf-8")
-    assert "\\udcff\\udcfe" in page
-
+    assert b"\\udcfe" in proc.stdout  # the path shown escaped, as everywhere
+    page = (base / "report" / "index.html").read_text(encoding="utf-8")
+    assert "a\\xff/none_np1_bs10_r1" in page and "b\\xff/none_np1_bs10_r1" in page  # distinct, readable
