@@ -288,3 +288,16 @@ def test_a_report_folder_that_links_out_of_the_experiment_is_not_written_through
     with pytest.raises(ScalescopeError, match="leaving the experiment"):
         report.build_report(exp, static=False)
     assert list(victim.iterdir()) == []
+
+
+def test_node_facts_are_never_written_through_a_link_out_of_the_experiment(tmp_path, monkeypatch):
+    from instrumentation import commpath
+
+    exp, victim = tmp_path / "EXP", tmp_path / "victim"
+    exp.mkdir()
+    victim.mkdir()
+    (exp / "nodes").symlink_to(victim)
+    monkeypatch.setattr(commpath, "node_info", lambda python=None: {"host": "h", "topo": {"available": True,
+                                                                                         "text": "GPU0 X"}})
+    info = commpath.write_node_info(exp)
+    assert list(victim.iterdir()) == [] and paths.LEAVES in info["topo"]["error"]
