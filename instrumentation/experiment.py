@@ -795,6 +795,8 @@ def set_aside(run_dir: Path, out: Path) -> None:
     if not run_dir.is_symlink() and (not run_dir.exists() or not any(run_dir.iterdir())):
         return
     dest_root = out / ".attempts"
+    if dest_root.is_symlink():  # a shared experiment's link: runs are never moved out through it
+        raise ValueError(f"{dest_root}: a symbolic link; earlier attempts are not moved through it (remove it)")
     dest_root.mkdir(exist_ok=True)
     for k in itertools.count(1):
         dest = dest_root / f"{run_dir.name}-{k}"
