@@ -305,3 +305,34 @@ def test_node_facts_are_never_written_through_a_link_out_of_the_experiment(tmp_p
                                                                                          "text": "GPU0 X"}})
     info = commpath.write_node_info(exp)
     assert list(victim.iterdir()) == [] and paths.LEAVES in info["topo"]["error"]
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+                    max_leaves=6)
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=EXAMPLES * 2, **SETTINGS)
+@given(field=st.sampled_from(["status", "slurm", "log_tail", "exit_note", "wall_s", "config", "run_id"]),
+       value=JSON, runs_value=st.one_of(st.none(), JSON))
+def test_status_of_an_experiment_json_with_any_values_never_raises(world, monkeypatch, field, value, runs_value):
+    root, exp, _victim = world
+    monkeypatch.setattr(scheduler, "job_states", lambda ids: {j: scheduler.JobState(j, "TIMEOUT") for j in ids})
+    monkeypatch.setattr(scheduler, "job_exit_code", lambda job: 1)
+    manifest = exp / "experiment.json"
+    good = manifest.read_text()
+    data = json.loads(good)
+    entry = {"run_id": "a-run", "status": "running", "slurm": {"job_id": "7"}, "config": data["runs"][0]["config"]}
+    entry[field] = value
+    data["runs"].append(entry)
+    if runs_value is not None and field == "run_id":  # runs itself of any type
+        data["runs"] = runs_value
+    manifest.write_text(json.dumps(data))
+    before = _snapshot(root, exp)
+    try:
+        assert slurm_jobs.status_main(exp) == 0
+        assert _snapshot(root, exp) == before
+    finally:
+        manifest.write_text(good)
+        shutil.rmtree(exp / "a-run", ignore_errors=True)
