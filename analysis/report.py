@@ -122,6 +122,8 @@ def load(dirs: Sequence[str | Path]) -> Context:
     rs = RunSet.from_dirs(dirs)
     for run_id, text in rs.runs[["run_id", "comm_warnings"]].dropna().itertuples(index=False):
         warnings.warn(f"{run_id}: {text}", UserWarning, stacklevel=1)  # NCCL WARN lines, sockets despite IB
+    for run_id, note in rs.runs[["run_id", "left_behind"]].dropna().itertuples(index=False):
+        warnings.warn(f"{run_id}: {note}", UserWarning, stacklevel=1)  # its timings may include them
     for run_id, first in rs.runs[["run_id", "resumed_from_epoch"]].dropna().itertuples(index=False):
         warnings.warn(f"{run_id}: its first epoch is labelled {first}, not 0: it may have resumed from state it "
                       "did not create (a checkpoint in its working directory; see `scalescope sweep --cwd`), "

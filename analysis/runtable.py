@@ -104,6 +104,7 @@ RUN_COLUMNS: dict[str, str] = {
     "threads_mixed": "boolean",
     "resumed_from_epoch": "Int64",
     "baseline_kind": "object",
+    "left_behind": "object",
 }
 
 #: The damaged or missing parts of an experiment (:attr:`RunSet.damaged`): ``run_id`` (None
@@ -297,10 +298,17 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         **thread_settings(m),
         "resumed_from_epoch": m.get("resumed_from_epoch"),
         "baseline_kind": m.get("baseline_kind"),
+        # processes the run left running, stopped when its launcher exited (sweep, issue 33)
+        "left_behind": _left_behind_note(m.get("left_behind")),
     }
     for key, value in (config.get("vary") or {}).items():
         row[f"vary_{key}"] = value
     return row
+
+
+def _left_behind_note(value: object) -> str | None:
+    note = value.get("note") if isinstance(value, dict) else None
+    return note if isinstance(note, str) else None
 
 
 def thread_settings(m: dict) -> dict:

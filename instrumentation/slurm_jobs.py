@@ -263,7 +263,7 @@ def status_rows(out: Path) -> tuple[list[dict], str | None]:
         if status == "running" and not slurm:  # a local run: its own manifest may know better
             status = _text(_run_manifest_status(out, run_id)) or status
         tail = (_text(e.get("log_tail")) or "").strip().splitlines()
-        note = _text(e.get("exit_note")) or (tail[-1] if tail else "")
+        note = _text(e.get("exit_note")) or _text(e.get("left_behind_note")) or (tail[-1] if tail else "")
         wall = e.get("wall_s")
         rows.append({"run_id": run_id, "status": status, "job_id": _text(slurm.get("job_id")),
                      "slurm_state": _text(slurm.get("state")) or _live_state(status, slurm),

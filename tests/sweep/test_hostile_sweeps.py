@@ -123,6 +123,12 @@ def test_what_a_script_leaves_running_is_stopped_when_its_launcher_exits(tmp_pat
     entry = json.loads((out / "experiment.json").read_text())["runs"][0]
     assert "were stopped" in entry["left_behind_note"]
     assert "were stopped" in (run_dir / "stderr.log").read_text()
+    from analysis.runset import RunSet
+    from instrumentation import slurm_jobs
+
+    assert "were stopped" in RunSet.from_dirs(out).runs["left_behind"].iloc[0]  # the runs table, so the report
+    rows, _ = slurm_jobs.status_rows(out)
+    assert "were stopped" in rows[0]["note"]
 
 
 def test_a_run_that_leaves_nothing_says_nothing(tmp_path):
