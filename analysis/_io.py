@@ -3,7 +3,8 @@
 Every reader takes its bytes from here, never from ``gzip`` or ``zlib`` itself:
 
 * :func:`check_file` / :func:`open_binary`: a regular file, or a :class:`ReadError` naming
-  the real problem (not found, symbolic link loop, permission denied, a FIFO or device).
+  the real problem (not found, symbolic link loop, permission denied, a FIFO or device, a
+  symbolic link leaving the experiment it was found in).
 * :class:`Gunzip` / :func:`read_bytes` / :func:`iter_gunzip` / :func:`head`: a gzip file of
   any number of members (``cat a.gz b.gz`` is a normal way to join logs) reads as the
   concatenation of their contents; a stream cut short gives what it held with a
@@ -33,6 +34,7 @@ from typing import BinaryIO
 import pandas as pd
 
 from analysis.errors import ReadError, RecoveryWarning
+from instrumentation.paths import LEAVES, leaves
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -59,8 +61,13 @@ def check_file(path: str | os.PathLike[str]) -> os.stat_result:
     """``os.stat`` of a regular file, or a :class:`ReadError` naming the real problem: not
     found, a symbolic link loop, permission denied (on the file or a directory above it), a
     directory, or not a regular file (a FIFO, socket or device is refused, never opened, so
-    reading one cannot hang)."""
+    reading one cannot hang). A file inside an experiment (or run directory) that a
+    symbolic link takes out of it is refused without being opened
+    (:func:`instrumentation.paths.leaves`): a shared experiment cannot make a report quote
+    a file of the reader's."""
     try:
+        if leaves(path):
+            raise ReadError(path, LEAVES)
         st = os.stat(path)
     except OSError as exc:
         if exc.errno == errno.ENOENT and os.path.islink(path):

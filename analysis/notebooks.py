@@ -3,8 +3,10 @@
 One rule picks what a notebook shows, in this order:
 
 1. ``EXPERIMENTS`` in its parameters cell, when the user set it (a path or a list of paths);
-2. ``$SCALESCOPE_EXPERIMENTS`` (paths separated by ``os.pathsep``), which
-   ``scalescope notebooks EXP [EXP ...]`` sets for every notebook it opens;
+2. ``$SCALESCOPE_EXPERIMENTS``, which ``scalescope notebooks EXP [EXP ...]`` sets for every
+   notebook it opens: a JSON list of paths, so that no character a directory name may hold
+   (``:``, ``,``, a newline) separates them. Set by hand, it may also be one path, or paths
+   separated by ``os.pathsep``;
 3. the sample the notebook was written on (``data/``), only when neither says anything.
 
 :func:`open_experiment` applies it, says in one printed line what the notebook shows and
@@ -31,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from analysis.errors import ScalescopeError
+from instrumentation.progress import printable
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 DATA = ROOT / "data"
-#: The one variable: the experiments every notebook shows (``os.pathsep``-separated paths).
+#: The one variable: the experiments every notebook shows (a JSON list of paths).
 ENV_VAR = "SCALESCOPE_EXPERIMENTS"
 #: The folder next to an experiment that the notebooks export into, one subfolder each.
 EXPORT_DIRNAME = "notebooks-export"
@@ -129,9 +132,31 @@ def _as_paths(value: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) 
     return [Path(p).expanduser().resolve() for p in items]
 
 
+def env_value(dirs: Sequence[str | os.PathLike[str]]) -> str:
+    """``$SCALESCOPE_EXPERIMENTS`` for ``dirs``: a JSON list (a name that is not UTF-8 kept
+    through its escaped surrogates), split again by :func:`env_experiments` exactly."""
+    import json
+
+    return json.dumps([os.fspath(d) for d in dirs])
+
+
 def env_experiments() -> list[Path]:
-    """The experiments in ``$SCALESCOPE_EXPERIMENTS`` (empty when unset)."""
+    """The experiments in ``$SCALESCOPE_EXPERIMENTS`` (empty when unset): a JSON list of paths
+    (as :func:`env_value` writes it); set by hand, one existing directory, else paths
+    separated by ``os.pathsep``."""
+    import json
+
     raw = os.environ.get(ENV_VAR, "")
+    if raw.lstrip().startswith("["):
+        try:
+            items = json.loads(raw)
+        except ValueError:
+            raise NotebookStop(f"${ENV_VAR} starts with '[' but is not a JSON list of paths") from None
+        if not isinstance(items, list) or not all(isinstance(p, str) for p in items):
+            raise NotebookStop(f"${ENV_VAR} is not a JSON list of paths")
+        return _as_paths([p for p in items if p.strip()])
+    if raw.strip() and Path(raw).expanduser().is_dir():
+        return _as_paths([raw])
     return _as_paths([p for p in raw.split(os.pathsep) if p.strip()])
 
 
@@ -327,11 +352,11 @@ def main(experiments: Sequence[str] = (), *, port: int | None = None, no_browser
     cmd = jupyter_command(port=port, no_browser=no_browser)
     env = dict(os.environ)
     if dirs:
-        env[ENV_VAR] = os.pathsep.join(map(str, dirs))
-        print(f"every notebook shows {', '.join(map(str, dirs))} (${ENV_VAR}; an EXPERIMENTS set in a "
-              f"notebook's parameters cell wins); exports go to {dirs[0] / EXPORT_DIRNAME}")
+        env[ENV_VAR] = env_value(dirs)
+        print(printable(f"every notebook shows {', '.join(map(str, dirs))} (${ENV_VAR}; an EXPERIMENTS set in a "
+                        f"notebook's parameters cell wins); exports go to {dirs[0] / EXPORT_DIRNAME}"))
     elif env.get(ENV_VAR):
-        print(f"every notebook shows ${ENV_VAR}={env[ENV_VAR]}")
+        print(printable(f"every notebook shows ${ENV_VAR}={env[ENV_VAR]}"))
     else:
         print("no experiment given: the notebooks show the bundled samples in data/ "
               "(scalescope notebooks EXP [EXP ...] to show yours)")

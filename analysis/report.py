@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import re
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from analysis.errors import ScalescopeError, recording
 from analysis.export import NO_BROWSER, export_many, export_table, find_browser
 from analysis.runset import RunSet
 from analysis.studies import STUDIES, Context, Section, Skip
+from instrumentation.progress import printable
 
 __all__ = ["STUDIES", "build_report", "export", "load", "render", "run_studies"]
 
@@ -58,8 +60,43 @@ def _render(context: dict) -> str:
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
         undefined=jinja2.StrictUndefined,
+        finalize=_shown,
     )
     return env.get_template(TEMPLATE).render(**context)
+
+
+def _shown(value: object) -> object:
+    """Every value the page shows goes through the terminal's filter
+    (:func:`instrumentation.progress.printable`): a bidi override in a label cannot make it
+    read as another, a control character or a file name that is not UTF-8 shows escaped.
+    Markup built here (tables, figures) was filtered where it was built."""
+    import markupsafe
+
+    if isinstance(value, markupsafe.Markup) or not isinstance(value, str):
+        return value
+    return printable(value)
+
+
+#: A JSON escape (inside a figure's data) of a character :func:`printable` escapes, not
+#: itself escaped (an even number of backslashes before it); newline and tab are kept.
+_JSON_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u(00[01][0-9a-fA-F]|007[fF]|00[89][0-9a-fA-F]|061[cC]|200[eEfF]"
+                          r"|202[a-eA-E]|206[6-9])")
+#: The same characters written raw (an encoder that keeps non-ASCII as it is).
+_JSON_RAW = {c: f"\\\\u{c:04x}" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), 0x061C,
+                                         0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+                                         *range(0xD800, 0xE000)]}
+
+
+def _figure_html(fig, div_id: str) -> str:
+    """A figure for the page, its labels filtered as the rest of the page: a bidi override or
+    control character in a label shows as ``\\u202e`` rather than acting (the figure's data
+    is JSON in a script, where ``\\u202e`` would become the character again: its backslash
+    is escaped)."""
+    text = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"responsive": True,
+                       "displaylogo": False})
+    text = _JSON_ESCAPE.sub(lambda m: m[0] if m[2] in ("000a", "000A", "0009") else f"{m[1]}\\\\u{m[2].lower()}",
+                            text)
+    return text.translate(_JSON_RAW)
 
 
 def _own_warnings(sec: Section, caught: list, first: int) -> None:
@@ -85,6 +122,8 @@ def load(dirs: Sequence[str | Path]) -> Context:
     rs = RunSet.from_dirs(dirs)
     for run_id, text in rs.runs[["run_id", "comm_warnings"]].dropna().itertuples(index=False):
         warnings.warn(f"{run_id}: {text}", UserWarning, stacklevel=1)  # NCCL WARN lines, sockets despite IB
+    for run_id, note in rs.runs[["run_id", "left_behind"]].dropna().itertuples(index=False):
+        warnings.warn(f"{run_id}: {note}", UserWarning, stacklevel=1)  # its timings may include them
     for run_id, first in rs.runs[["run_id", "resumed_from_epoch"]].dropna().itertuples(index=False):
         if int(first) > 1:  # 0 and 1 are where scripts count from
             warnings.warn(f"{run_id}: its first epoch is labelled {first}, not 0 or 1: it may have resumed from state "
@@ -127,31 +166,71 @@ def run_studies(ctx: Context, caught: list) -> list[Section]:
     return sections
 
 
+#: The report's record of the files it wrote into ``export/`` (one name a line): the next
+#: report into the same folder removes those it does not write again, and nothing else.
+WRITTEN = ".scalescope-written"
+
+
 def export(sections: Sequence[Section], export_dir: Path, *, static: bool) -> str | None:
     """Write every table (CSV and LaTeX, always) and, with ``static`` and a browser, every
     figure (PDF/SVG/PNG) into ``export_dir``; returns the note saying why figures were not
-    exported, or None."""
-    for sec in sections:
-        for name, df, caption in sec.tables:
-            export_table(df, export_dir / name, caption=f"{sec.title}: {caption}" if caption else sec.title,
-                         label=f"scalescope-{name}", main=tables.MAIN_COLUMNS.get(name, ()))
-    figures = {name: fig for sec in sections for name, fig in sec.figures}
-    if not static:
-        return "Static figure export was skipped (--no-static)."
-    if find_browser() is None:
-        return f"Static figure export was skipped: {NO_BROWSER}"
-    if figures:
+    exported, or None.
+
+    ``export_dir`` then holds only this report: what an earlier report wrote there (listed in
+    its ``.scalescope-written``) and this one did not write again is removed (the export of a
+    study the data no longer has); a file the report never wrote (the user's) is kept."""
+    written: list[Path] = []
+    try:
+        for sec in sections:
+            for name, df, caption in sec.tables:
+                written += export_table(df, export_dir / name,
+                                        caption=f"{sec.title}: {caption}" if caption else sec.title,
+                                        label=f"scalescope-{name}", main=tables.MAIN_COLUMNS.get(name, ()))
+        figures = {name: fig for sec in sections for name, fig in sec.figures}
+        if not static:
+            return "Static figure export was skipped (--no-static)."
+        if find_browser() is None:
+            return f"Static figure export was skipped: {NO_BROWSER}"
+        if figures:
+            try:
+                written += export_many(figures, export_dir)
+            except ScalescopeError as exc:
+                return f"Static figure export failed and was skipped: {exc}"
+        return None
+    finally:
+        _keep_only(export_dir, written)
+
+
+def _keep_only(export_dir: Path, written: Sequence[Path]) -> None:
+    """Remove what an earlier report wrote into ``export_dir`` and this one did not; record
+    what this one wrote. Only plain files directly in ``export_dir`` named in the record go
+    (never a link's target, never a file of the user's)."""
+    from analysis import atomic
+
+    record = export_dir / WRITTEN
+    mine = {Path(p).name for p in written}
+    before: set[str] = set()
+    try:
+        if record.is_file() and not record.is_symlink():
+            before = {n for n in record.read_text(encoding="utf-8", errors="surrogateescape").splitlines() if n}
+    except OSError:
+        pass
+    for name in sorted(before - mine):
+        f = export_dir / name
+        if Path(name).name != name or name in ("", ".", "..", WRITTEN):
+            continue
         try:
-            export_many(figures, export_dir)
-        except ScalescopeError as exc:
-            return f"Static figure export failed and was skipped: {exc}"
-    return None
+            if f.is_symlink() or f.is_file():
+                f.unlink()
+        except OSError:
+            continue
+    if mine or before:
+        export_dir.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(record, "".join(f"{n}\n" for n in sorted(mine)).encode("utf-8", "surrogateescape"))
 
 
 def _rendered(sec: Section) -> dict:
-    figs = [{"name": name, "html": fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{name}",
-                                               config={"responsive": True, "displaylogo": False})}
-            for name, fig in sec.figures]
+    figs = [{"name": name, "html": _figure_html(fig, f"fig-{name}")} for name, fig in sec.figures]
     return {"key": sec.key, "title": sec.title, "intro": sec.intro, "skipped": sec.skipped, "notes": sec.notes,
             "figures": figs,
             "tables": [{"name": n, "caption": c, "html": _table_html(df)} for n, df, c in sec.tables]}
@@ -188,6 +267,17 @@ def render(ctx: Context, sections: Sequence[Section], dirs: Sequence[str | Path]
     })
 
 
+def _check_out(out: Path, root: Path) -> None:
+    """ScalescopeError naming the folder when the report would be written outside the folder
+    the user named (``--out``, else the experiment): ``report/`` or its ``export/`` a
+    symbolic link out of it (a shared experiment's links are never written through)."""
+    from instrumentation.paths import LEAVES, outside
+
+    for d in (out, out / "export"):
+        if (d.is_symlink() or d.exists()) and outside(d, root):
+            raise ScalescopeError(f"{d}: {LEAVES}; the report is not written there (give --out)")
+
+
 def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str | Path | None = None, *,
                  static: bool = True) -> Path:
     """Build the HTML report of an experiment and its ``export/`` folder.
@@ -211,6 +301,7 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
 
     dirs = [experiment_dir] if isinstance(experiment_dir, (str, Path)) else list(experiment_dir)
     out = Path(out_dir) if out_dir is not None else Path(dirs[0]) / "report"
+    _check_out(out, Path(dirs[0]) if out_dir is None else out)
     out.mkdir(parents=True, exist_ok=True)
     with recording() as caught:
         ctx = load(dirs)
@@ -242,9 +333,7 @@ def run(args: argparse.Namespace) -> int:
     except ScalescopeError as exc:
         import sys
 
-        from instrumentation.progress import printable
-
         print(printable(f"scalescope report: error: {exc}"), file=sys.stderr)
         return 1
-    print(f"report written to {page}")
+    print(printable(f"report written to {page}"))
     return 0

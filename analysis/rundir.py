@@ -34,6 +34,7 @@ import pandas as pd
 
 from analysis._io import describe_bytes, read_text_bytes
 from analysis.errors import ReadError, RecoveryWarning
+from instrumentation.paths import leaves
 
 __all__ = [
     "EPOCH_COLUMNS",
@@ -346,7 +347,7 @@ def log_tail(run_dir: str | os.PathLike[str] | None, n_lines: int = 20) -> str |
     for name in ("stderr.log", "stdout.log"):
         f = Path(run_dir) / name
         try:
-            if not f.is_file():
+            if not f.is_file() or leaves(f):  # a link out of the experiment: never quoted
                 continue
             lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:

@@ -22,6 +22,7 @@ from analysis.errors import ReadError, RecoveryWarning, ScalescopeError
 from analysis.metrics.commpath import comm_path
 from analysis.readers import nccl as nccl_reader
 from analysis.readers import read
+from instrumentation import paths
 
 
 def nccl_logs(run_dir: str | os.PathLike[str] | None) -> list[Path]:
@@ -108,6 +109,7 @@ RUN_COLUMNS: dict[str, str] = {
     "threads_mixed": "boolean",
     "resumed_from_epoch": "Int64",
     "baseline_kind": "object",
+    "left_behind": "object",
 }
 
 #: The damaged or missing parts of an experiment (:attr:`RunSet.damaged`): ``run_id`` (None
@@ -288,8 +290,9 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
     if backend is None and framework not in (None, "none") and "-" in str(config.get("backend", "")):
         backend = str(config["backend"]).split("-", 1)[1]
     row = {
-        "run_id": entry.get("run_id") or m.get("run_id") or (run_dir.name if run_dir else None),
-        "experiment": experiment,
+        # labels, not paths (the path column is what is opened): text any column can hold
+        "run_id": paths.name_text(entry.get("run_id") or m.get("run_id") or (run_dir.name if run_dir else None)),
+        "experiment": paths.name_text(experiment),
         "path": str(run_dir) if run_dir is not None else None,
         "status": status,
         "exit_code": exit_code,
@@ -330,10 +333,17 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         **thread_settings(m),
         "resumed_from_epoch": m.get("resumed_from_epoch"),
         "baseline_kind": m.get("baseline_kind"),
+        # processes the run left running, stopped when its launcher exited (sweep, issue 33)
+        "left_behind": _left_behind_note(m.get("left_behind")),
     }
     for key, value in (config.get("vary") or {}).items():
         row[f"vary_{key}"] = value
     return row
+
+
+def _left_behind_note(value: object) -> str | None:
+    note = value.get("note") if isinstance(value, dict) else None
+    return note if isinstance(note, str) else None
 
 
 def thread_settings(m: dict) -> dict:
@@ -387,8 +397,22 @@ def _comm(run_dir: Path | None, manifest: dict | None) -> dict:
     return {"comm_path": info["comm_path"], "comm_warnings": "; ".join(info["comm_warnings"]) or None}
 
 
+def _inferred(values: pd.Series) -> pd.Series:
+    """An extra column typed as pandas would infer it; kept as Python objects where its text
+    cannot be a string column (a lone surrogate: a file name that is not UTF-8)."""
+    try:
+        return pd.Series(values.tolist(), index=values.index, name=values.name)
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return values
+
+
 def _typed_runs(rows: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame(rows)
+    # built as objects: a path or name that is not UTF-8 (lone surrogates) cannot be in a
+    # string column, and a run's real path must stay as it is to be read
+    df = pd.DataFrame(rows, dtype=object)
+    for col in df.columns:
+        if col not in RUN_COLUMNS:
+            df[col] = _inferred(df[col])
     for col, dtype in RUN_COLUMNS.items():
         if col not in df:
             df[col] = None
@@ -407,7 +431,7 @@ _Scanned = tuple[str | None, dict, Path | None, dict | None, list[dict]]
 
 
 def _damage(part: str, path: Path | str | None, reason: str, excluded: str, run_id: str | None = None) -> dict:
-    return {"run_id": run_id, "part": part, "path": None if path is None else str(path), "reason": reason,
+    return {"run_id": paths.name_text(run_id), "part": part, "path": None if path is None else str(path), "reason": reason,
             "excluded": excluded}
 
 
@@ -430,12 +454,16 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
     entry = rundir.clean_fields(entry, rundir.EXPERIMENT_RUN_SCHEMA, problems, prefix=f"runs.{entry['run_id']}.")
     damage = rundir.field_damage("experiment.json", path / "experiment.json", problems, str(entry["run_id"]))
     expected = entry.get("status") in (OK_STATUS, None)
+    if paths.leaves(run_dir):
+        damage.append(_damage("run directory", run_dir, paths.LEAVES, "all data"))
+        return (name, entry, None, None, damage)
     if not run_dir.is_dir():
         if expected:
             damage.append(_damage("run directory", run_dir, "listed in experiment.json but the directory is missing",
                                   "all data"))
         return (name, entry, None, None, damage)
     manifest = None
+    damage.extend(_logs_out(run_dir))
     if (run_dir / "run.json").exists():
         try:
             manifest, bad_fields = rundir.checked_manifest(run_dir, str(entry["run_id"]))
@@ -447,6 +475,13 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
         damage.append(_damage("run.json", run_dir / "run.json", "missing",
                               "events, samples and GPU mapping (the run's row comes from experiment.json)"))
     return (name, entry, run_dir, manifest, damage)
+
+
+def _logs_out(run_dir: Path) -> list[dict]:
+    """The run's logs that are links out of the experiment: named, never quoted (the other
+    files are named by the reader that refuses them)."""
+    return [_damage("log", f, paths.LEAVES, "its log tail") for f in (run_dir / "stderr.log", run_dir / "stdout.log")
+            if f.is_symlink() and paths.leaves(f)]
 
 
 def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[dict]]:
@@ -469,8 +504,9 @@ def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[d
     out, damage, listed = [], rundir.field_damage("experiment.json", exp_file, problems, None), set()
     for i, entry in enumerate(runs):
         rid = entry.get("run_id") if isinstance(entry, dict) else None
-        if not isinstance(rid, str) or not rid or Path(rid).name != rid:
-            damage.append(_damage("experiment.json", exp_file, f"runs[{i}] has no valid run_id", f"runs[{i}]"))
+        if not paths.is_run_id(rid):  # "../x", "/abs", "..": never followed out of the experiment
+            damage.append(_damage("experiment.json", exp_file, f"runs[{i}] has no valid run_id (not a directory "
+                                  "name inside the experiment; not followed)", f"runs[{i}]"))
             continue
         listed.add(rid)
         out.append(_experiment_run(path, name, entry))
@@ -489,6 +525,9 @@ def _scan_dirs(path: Path, name: str) -> tuple[list[_Scanned], list[dict]]:
     """The run directories (holding a run.json) inside ``path``."""
     out = []
     for d in sorted(d for d in path.iterdir() if (d / "run.json").exists()):
+        if paths.leaves(d):
+            out.append((name, {"run_id": d.name}, None, None, [_damage("run directory", d, paths.LEAVES, "all data", run_id=d.name)]))
+            continue
         try:
             out.append((name, {}, d, *rundir.checked_manifest(d)))
         except ReadError as exc:
@@ -534,7 +573,8 @@ def damage_message(d: dict) -> str:
 def damage_frame(records: list[dict]) -> pd.DataFrame:
     if not records:
         return empty_frame(DAMAGE_COLUMNS)
-    return pd.DataFrame([{c: d.get(c) for c in DAMAGE_COLUMNS} for d in records], columns=list(DAMAGE_COLUMNS))
+    return pd.DataFrame([{c: d.get(c) for c in DAMAGE_COLUMNS} for d in records], columns=list(DAMAGE_COLUMNS),
+                        dtype=object)
 
 
 def runs_table(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> tuple[pd.DataFrame, list[dict]]:

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from instrumentation.progress import printable
+
 __all__ = [
     "LATEX_PREAMBLE",
     "NAMES",
@@ -503,27 +505,33 @@ def _minus(s: str) -> str:
     return "−" + s[1:] if s.startswith("-") and len(s) > 1 and (s[1].isdigit() or s[1] == "0") else s
 
 
+def _h(text: str) -> str:
+    """Text for HTML: control characters, bidi overrides and lone surrogates escaped as on the
+    terminal (:func:`instrumentation.progress.printable`, the one filter), then HTML-escaped."""
+    return html.escape(printable(text))
+
+
 def to_html(df: pd.DataFrame, **kw) -> str:
     """The table as HTML (escaped): human headers, numbers right-aligned, what every row shares
     and the notes on odd numbers under it."""
     lay = layout(df, **kw)
-    head = "".join(f"<th>{html.escape(c.header)}" + (f" <span class=\"unit\">[{html.escape(c.unit)}]</span>"
+    head = "".join(f"<th>{_h(c.header)}" + (f" <span class=\"unit\">[{_h(c.unit)}]</span>"
                                                      if c.unit else "") + "</th>" for c in lay.columns)
     rows = []
     for i in range(lay.n_rows):
         cells = []
         for c in lay.columns:
-            v = html.escape(_minus(c.cells[i]) if c.numeric else c.cells[i])
+            v = _h(_minus(c.cells[i]) if c.numeric else c.cells[i])
             iv = c.intervals[i]
             if iv:
-                v += f" <span class=\"ci\">{html.escape(iv)}</span>"
+                v += f" <span class=\"ci\">{_h(iv)}</span>"
             cells.append(f"<td class=\"num\">{v}</td>" if c.numeric else f"<td>{v}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     parts = [f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"]
     if lay.shared:
-        parts.append("<p class=\"table-note\">Every row: " + html.escape("; ".join(f"{h} {v}" for h, v in lay.shared))
+        parts.append("<p class=\"table-note\">Every row: " + _h("; ".join(f"{h} {v}" for h, v in lay.shared))
                      + ".</p>")
-    parts.extend(f"<p class=\"table-note odd\">Note: {html.escape(n)}</p>" for n in lay.notes)
+    parts.extend(f"<p class=\"table-note odd\">Note: {_h(n)}</p>" for n in lay.notes)
     return "".join(parts)
 
 
@@ -563,8 +571,46 @@ def latex_escape(text: object, *, breakable: bool = False) -> str:
             if breakable and ch == "/":
                 out.append(r"\allowbreak{}")
         else:
-            out.append("?")
+            out.append(_latex_other(ch))
     return "".join(out)
+
+
+#: Combining accents -> the LaTeX accent command that prints them under the plain preamble.
+_ACCENTS = {"\u0300": "`", "\u0301": "'", "\u0302": "^", "\u0303": "~", "\u0304": "=", "\u0306": "u",
+            "\u0307": ".", "\u0308": '"', "\u030a": "r", "\u030b": "H", "\u030c": "v", "\u0323": "d",
+            "\u0327": "c", "\u0328": "k", "\u0331": "b"}
+_LETTERS = {"ł": r"\l{}", "Ł": r"\L{}", "œ": r"\oe{}", "Œ": r"\OE{}", "ı": r"\i{}", "ȷ": r"\j{}",
+            "đ": "d", "Đ": "D"}
+
+
+def _latex_other(ch: str) -> str:
+    """A character outside what :data:`LATEX_PREAMBLE` prints as is: a Latin letter with
+    accents as LaTeX accent commands (``ő`` -> ``\\H{o}``), anything else (CJK, Cyrillic,
+    emoji) as its code point ``[U+4E2D]``, so that labels stay distinct and the file still
+    compiles; :func:`latex_unprintable` names them for a warning."""
+    import unicodedata
+
+    if ch in _LETTERS:
+        return _LETTERS[ch]
+    base, *marks = unicodedata.normalize("NFD", ch)
+    if base.isascii() and base.isalpha() and marks and all(m in _ACCENTS for m in marks):
+        out = base
+        for m in marks:
+            out = f"\\{_ACCENTS[m]}{{{out}}}"
+        return out
+    return "{[}" + "+".join(f"U+{ord(c):04X}" for c in ch) + "{]}"
+
+
+def latex_unprintable(texts: Sequence[object]) -> list[str]:
+    """The characters of ``texts`` that :func:`latex_escape` writes as code points
+    (``[U+4E2D]``: what pdflatex cannot print under :data:`LATEX_PREAMBLE`), in order."""
+    seen: dict[str, None] = {}
+    for text in texts:
+        for ch in str(text):
+            if ord(ch) >= 0xA0 and ch not in _LATEX_SPECIAL and not (0xC0 <= ord(ch) <= 0xFF and ch not in "×÷") \
+                    and _latex_other(ch).startswith("{[}"):
+                seen.setdefault(ch)
+    return list(seen)
 
 
 def latex_label(name: str) -> str:
@@ -686,6 +732,15 @@ def to_latex(df: pd.DataFrame, *, caption: str | None = None, label: str | None 
         where = f" are in {csv_name}" if csv_name else " are left out"
         notes.append("Columns " + ", ".join(c.source for c in dropped) + f"{where}.")
     notes.extend(f"Note: {n}" for n in lay.notes)
+    odd = latex_unprintable([caption or "", *(c.header for c in kept), *(c.unit or "" for c in kept),
+                             *(x for c in kept for x in c.cells), *notes])
+    if odd:
+        shown = " ".join(f"{ch} [U+{ord(ch):04X}]" for ch in odd[:8]) + (" ..." if len(odd) > 8 else "")
+        warnings.warn(f"LaTeX table {label or csv_name or ''}: {len(odd)} character(s) the plain preamble cannot "
+                      f"print ({shown}) are written as their code points; the CSV keeps them", UserWarning,
+                      stacklevel=2)
+        where = f" ({csv_name} keeps them)" if csv_name else ""
+        notes.append(f"Characters the plain preamble cannot print are written as their code points, [U+4E2D]{where}.")
     if notes:
         lines.append("\\par\\smallskip\\footnotesize")
         lines.extend(latex_escape(n, breakable=True) + "\\par" for n in notes)

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from instrumentation import paths
 from instrumentation.manifest import write_text_atomic
 
 __all__ = [
@@ -241,8 +242,11 @@ def write_node_info(out_dir: str | os.PathLike[str], *, python: str | None = Non
     """
     info = node_info(python=python)
     topo = info["topo"]
-    if topo.get("available"):
-        d = Path(out_dir) / "nodes"
+    d = Path(out_dir) / "nodes"
+    if topo.get("available") and paths.outside(d, out_dir) and (d.is_symlink() or d.exists()):
+        topo["error"] = f"{d}: {paths.LEAVES}; the matrix was not kept"  # never written through
+        topo.pop("text", None)
+    elif topo.get("available"):
         d.mkdir(parents=True, exist_ok=True)
         f = d / f"{info['host']}.topo.txt"
         write_text_atomic(f, topo.pop("text"))

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from instrumentation import commpath, shared_dir
+from instrumentation import commpath, paths, shared_dir
 from instrumentation import threads as _threads
+from instrumentation.command import resolve_script, with_user_path
 from instrumentation.failure import counted_global_batch, finished_before_exit, run_failure
 from instrumentation.manifest import slurm_env, write_json_atomic
 
@@ -39,6 +40,7 @@ __all__ = [
     "FORMAT_VERSION",
     "RUN_FORMAT",
     "Experiment",
+    "ExperimentInUse",
     "RankWrapper",
     "RunSpec",
     "classify_exit",
@@ -56,6 +58,7 @@ __all__ = [
     "run_env",
     "set_aside",
     "summary",
+    "sweep_lock",
     "update_entries",
     "with_user_path",
     "workdir",
@@ -277,72 +280,6 @@ def _check_unique(plan: Sequence[RunSpec]) -> None:
 # Commands and environment
 # ---------------------------------------------------------------------------------------
 
-_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
-
-
-def resolve_script(script: Sequence[str], *, python: str | None = None,
-                   user_cwd: str | os.PathLike[str] | None = None) -> list[str]:
-    """The script command with ``python`` replaced by this interpreter (so the venv is used).
-
-    A command starting with a ``.py`` file gets the interpreter prepended. With ``user_cwd``
-    (the directory the sweep was started in), every argument that names an existing file or
-    directory relative to it (also the value of ``--opt=path`` and of a ``key=path``
-    override) is made absolute, so the
-    script and its inputs resolve as typed although the run executes in a working directory
-    of its own; the module of ``-m`` and the code of ``-c`` are left alone.
-    """
-    if not script:
-        raise ValueError("no training command given (put it after `--`)")
-    python = python or sys.executable
-    cmd = list(script)
-    if _PYTHON_NAME.match(cmd[0]):
-        cmd[0] = python
-    elif cmd[0].endswith(".py"):
-        cmd.insert(0, python)
-    if user_cwd is not None:
-        cmd = _absolute_paths(cmd, Path(user_cwd))
-    return cmd
-
-
-def _absolute_paths(cmd: list[str], user_cwd: Path) -> list[str]:
-    def absolute(arg: str) -> str:
-        if not arg or arg.startswith("-") or os.path.isabs(arg):
-            return arg
-        path = user_cwd / arg
-        return str(path.absolute()) if path.exists() else arg
-
-    out = [cmd[0] if os.path.isabs(cmd[0]) or "/" not in cmd[0] else absolute(cmd[0])]
-    keep_next = False
-    for arg in cmd[1:]:
-        if keep_next:
-            out.append(arg)
-            keep_next = False
-        elif arg in ("-m", "-c"):
-            out.append(arg)
-            keep_next = True
-        elif (arg.startswith("--") and "=" in arg) or (_OVERRIDE.match(arg) and not (user_cwd / arg).exists()):
-            name, _, value = arg.partition("=")
-            out.append(f"{name}={absolute(value)}")
-        else:
-            out.append(absolute(arg))
-    return out
-
-
-#: A ``key=value`` override (hydra's ``data.path=x``, ``+key=x``, ``++key=x``, ``~key``): its value
-#: is a path argument like any other.
-_OVERRIDE = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.\-/@]*=.")
-
-
-def with_user_path(env: dict[str, str], cmd: Sequence[str], user_cwd: str | os.PathLike[str]) -> dict[str, str]:
-    """``env`` with the sweep's directory first on ``PYTHONPATH`` when ``cmd`` runs a module
-    (``python -m pkg.train``): Python would find it in the current directory, which is now the
-    run's own."""
-    if "-m" in list(cmd)[1:3]:
-        old = env.get("PYTHONPATH")
-        env["PYTHONPATH"] = str(Path(user_cwd).absolute()) + (os.pathsep + old if old else "")
-    return env
-
-
 def cores_per_rank(ranks_per_host: int, *, cpus: int | None = None) -> int:
     """``floor(cpus available / ranks per host)``, at least 1: the default threads per rank.
 
@@ -481,6 +418,8 @@ def run_env(
 
 
 def _read_tail(path: Path, *, max_bytes: int = 65536) -> str:
+    if paths.leaves(path):  # a link out of the experiment: its content is never quoted
+        return ""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -619,6 +558,8 @@ def load_experiment(out: Path) -> dict | None:
     path = Path(out) / "experiment.json"
     if not path.exists():
         return None
+    if paths.leaves(path):
+        raise ValueError(f"{path}: {paths.LEAVES}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -651,7 +592,8 @@ class Experiment:
         old = load_experiment(out) or {}
         exp = cls(out=Path(out), name=experiment, command=command, script=script,
                   created=old.get("created") or now())
-        previous = {e.get("run_id"): e for e in old.get("runs", []) if isinstance(e, dict)}
+        previous = {e["run_id"]: e for e in old.get("runs", [])
+                    if isinstance(e, dict) and paths.is_run_id(e.get("run_id"))}
         for spec in plan:
             entry = previous.pop(spec.run_id, None)
             if entry is None or entry.get("status") not in keep:
@@ -685,7 +627,9 @@ def experiment_lock(out: Path) -> Iterator[None]:
     has none), held by every writer of ``experiment.json`` that may run while SLURM jobs
     finalize. Not re-entrant: do not nest it."""
     Path(out).mkdir(parents=True, exist_ok=True)
-    with open(Path(out) / ".experiment.lock", "a") as f:
+    # O_NOFOLLOW: a lock file that is a link (in a shared experiment) creates nothing elsewhere
+    fd = os.open(Path(out) / ".experiment.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "a") as f:
         try:
             import fcntl
 
@@ -693,6 +637,53 @@ def experiment_lock(out: Path) -> Iterator[None]:
         except (ImportError, OSError):
             pass
         yield
+
+
+class ExperimentInUse(ValueError):
+    """Another sweep is writing into the experiment (:func:`sweep_lock`)."""
+
+
+@contextlib.contextmanager
+def sweep_lock(out: Path) -> Iterator[None]:
+    """Hold ``OUT/.sweep.lock`` for the whole of a sweep, so that two sweeps never write one
+    experiment (each would rewrite ``experiment.json`` without the other's runs, and set aside
+    the other's running run). An ``flock``: the kernel releases it when the sweep's process
+    ends, however it ends, so a crashed sweep never leaves the experiment locked. The file
+    records who holds it (pid, host, start), for the error.
+
+    Raises :class:`ExperimentInUse` (a ValueError: one line naming the experiment and the
+    holder) when another process holds it."""
+    import socket
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / ".sweep.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "r+") as f:
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: no protection, as before
+            yield
+            return
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = f.read(200).strip() or "another process"
+            raise ExperimentInUse(f"--out {out}: the experiment is in use by another sweep ({holder}); wait for it "
+                                  "to end, or give another --out") from None
+        except OSError:  # a file system without locks: no protection, as before
+            yield
+            return
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {now()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                f.seek(0)
+                f.truncate()
 
 
 def update_entries(out: Path, update: Callable[[dict], dict | None], *, name: str | None = None) -> dict:
@@ -707,8 +698,11 @@ def update_entries(out: Path, update: Callable[[dict], dict | None], *, name: st
     with experiment_lock(out):
         data = load_experiment(out) or {"format": EXPERIMENT_FORMAT, "format_version": FORMAT_VERSION,
                                         "name": name or out.name, "created": now(), "runs": []}
-        entries = {e.get("run_id"): e for e in data.get("runs", []) if isinstance(e, dict)}
+        # an entry whose run_id is not a run id ("../x", a list) is kept as it is, never handed on
+        runs = [e for e in data.get("runs", []) if isinstance(e, dict)]
+        entries = {e["run_id"]: e for e in runs if paths.is_run_id(e.get("run_id"))}
         update(entries)
+        entries.update({("invalid", i): e for i, e in enumerate(runs) if not paths.is_run_id(e.get("run_id"))})
         data["runs"] = list(entries.values())
         data["updated"] = now()
         write_json_atomic(out / "experiment.json", data)
@@ -724,10 +718,14 @@ def summary(entries: dict[str, dict], plan: Sequence[RunSpec], out: Path) -> tup
 
 
 def set_aside(run_dir: Path, out: Path) -> None:
-    """Move an earlier, unfinished attempt's files to ``out/.attempts/`` so runs never mix."""
-    if not run_dir.exists() or not any(run_dir.iterdir()):
+    """Move an earlier, unfinished attempt's files to ``out/.attempts/`` so runs never mix.
+    A run directory that is a symbolic link (in a shared experiment) is moved aside as a link,
+    so the run never writes through it."""
+    if not run_dir.is_symlink() and (not run_dir.exists() or not any(run_dir.iterdir())):
         return
     dest_root = out / ".attempts"
+    if dest_root.is_symlink():  # a shared experiment's link: runs are never moved out through it
+        raise ValueError(f"{dest_root}: a symbolic link; earlier attempts are not moved through it (remove it)")
     dest_root.mkdir(exist_ok=True)
     for k in itertools.count(1):
         dest = dest_root / f"{run_dir.name}-{k}"

@@ -38,6 +38,7 @@ from instrumentation.experiment import (
     with_user_path,
     workdir,
 )
+from instrumentation.manifest import write_json_atomic
 from instrumentation.progress import Progress, printable
 
 __all__ = ["KILL_GRACE_S", "LocalOptions", "check_tools", "dry_run", "execute", "failure_line", "launch_command",
@@ -117,7 +118,11 @@ def run_local(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, comm
     progress = Progress(len(todo))
     progress.print(f"scalescope sweep: {len(plan)} runs into {out}"
                    + (f" ({skipped} already ok, skipped)" if skipped else ""))
-    resolved = resolve_script(script, user_cwd=Path.cwd())
+    kept: list[str] = []
+    resolved = resolve_script(script, user_cwd=Path.cwd(), kept=kept)
+    if kept:
+        progress.print(f"scalescope sweep: warning: {', '.join(kept)}: kept as typed, although a file or folder of "
+                       "that name is here (a bare word may be a plain value); write ./NAME to pass it as a path")
     previous_term = _sigterm_as_interrupt()
     try:
         for spec in todo:
@@ -154,8 +159,10 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
     progress.start(spec.run_id)
     t0 = time.monotonic()
     interrupted = False
+    left: list[int] = []
     try:
-        code, override = execute(cmd, env=env, run_dir=run_dir, timeout_s=opts.timeout_s, cwd=cwd)
+        code, override = execute(cmd, env=env, run_dir=run_dir, timeout_s=opts.timeout_s, cwd=cwd,
+                                 left_behind=left)
     except _Interrupted as intr:
         code, override, interrupted = intr.exit_code, "killed", True
     except OSError as exc:  # the launcher itself could not start
@@ -167,6 +174,8 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
                          command=cmd, wall_s=wall)
     if before is not None:
         entry["wrote_shared"] = shared_dir.changed(before, shared_dir.snapshot(user_cwd, skip=(exp.out,)))
+    if left:
+        entry = _note_left_behind(run_dir, entry, left)
     if opts.after_run is not None and not interrupted:
         opts.after_run(run_dir, spec)
     exp.set({**entry, "start_time": started, "end_time": now()})
@@ -176,8 +185,9 @@ def _run_one(spec: RunSpec, *, exp: Experiment, resolved: list[str], opts: Local
     # the ETA comes from runs that ran to the end: a failed run's seconds say nothing about the others
     progress.finish(spec.run_id, entry["status"] + ("" if code in (0, None) else f" (exit {code})"), wall,
                     counted=entry["status"] == "ok")
-    if entry.get("exit_note"):
-        progress.print(f"scalescope sweep: warning: {spec.run_id}: {entry['exit_note']}")
+    for note in (entry.get("exit_note"), entry.get("left_behind_note")):
+        if note:
+            progress.print(printable(f"scalescope sweep: warning: {spec.run_id}: {note}"))
     if entry["status"] != "ok":
         progress.print(printable(failure_line(entry)))
     for read in entry.get("shared_reads") or []:
@@ -216,6 +226,20 @@ def failure_line(entry: dict) -> str:
     return line
 
 
+def _note_left_behind(run_dir: Path, entry: dict, pids: list[int]) -> dict:
+    """Say on the run (``run.json`` and its experiment entry) that processes it left running
+    were stopped when its launcher exited."""
+    note = (f"{len(pids)} process(es) the training left running after its launcher exited were stopped "
+            f"(pid {', '.join(map(str, pids))}); they ran beside this run until then")
+    path = run_dir / "run.json"
+    with contextlib.suppress(OSError, ValueError):
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(manifest, dict):
+            manifest["left_behind"] = {"pids": pids, "stopped": True, "note": note}
+            write_json_atomic(path, manifest)
+    return {**entry, "left_behind_note": note}
+
+
 # ---------------------------------------------------------------------------------------
 # Running one process tree
 # ---------------------------------------------------------------------------------------
@@ -233,9 +257,66 @@ def _stop_group(proc: subprocess.Popen, *, grace_s: float = KILL_GRACE_S) -> Non
             continue
 
 
+def _left_behind(session: int, run_dir: str) -> list[int]:
+    """The processes still alive of a run whose launcher (session leader ``session``) has
+    exited: in its session or process group, or (a daemon that called ``setsid``) carrying
+    the run's ``SCALESCOPE_RUN_DIR`` in its environment. Zombies are not counted."""
+    marker = os.fsencode(f"SCALESCOPE_RUN_DIR={run_dir}")  # the bytes of a name that is not UTF-8
+    mine = {os.getpid(), os.getppid()}
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # no /proc (macOS): the process group is all we can see
+        try:
+            os.killpg(session, 0)
+            return [-session]
+        except OSError:
+            return []
+    for name in names:
+        if not name.isdigit() or int(name) in mine:
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z":
+                continue
+            if int(fields[2]) == session or int(fields[3]) == session:  # pgrp, session
+                found.append(pid)
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(pid)
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def stop_left_behind(session: int, run_dir: Path, *, grace_s: float = 3.0) -> list[int]:
+    """Stop what a run left running after its launcher exited (a process a training script
+    started and never waited for): SIGTERM, then SIGKILL after ``grace_s``. Returns the pids
+    found (empty when nothing was left), so the run can say so."""
+    found = _left_behind(session, str(Path(run_dir).resolve()))
+    if not found:
+        return []
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        for pid in found:
+            with contextlib.suppress(OSError):
+                if pid < 0:
+                    os.killpg(-pid, sig)
+                else:
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _left_behind(session, str(Path(run_dir).resolve())):
+            time.sleep(0.05)
+        if not _left_behind(session, str(Path(run_dir).resolve())):
+            break
+    return sorted(abs(p) for p in found)
+
+
 def execute(
     cmd: Sequence[str], *, env: dict[str, str], run_dir: Path, timeout_s: float | None = None,
-    cwd: Path | None = None,
+    cwd: Path | None = None, left_behind: list[int] | None = None,
 ) -> tuple[int | None, str | None]:
     """Run ``cmd`` with stdout/stderr streamed to ``run_dir``'s logs, in ``cwd`` (created;
     default the current directory).
@@ -243,6 +324,8 @@ def execute(
     Returns ``(exit_code, status_override)``: ``timeout`` after ``timeout_s``; on Ctrl-C the
     run is stopped, recorded as ``killed``, and KeyboardInterrupt propagates afterwards
     (the caller records it first). ``exit_code`` is negative when a signal ended the process.
+    However the launcher ends, what it left running is stopped (:func:`stop_left_behind`),
+    so no process of this run runs on through the next; their pids go into ``left_behind``.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     if cwd is not None:
@@ -251,18 +334,32 @@ def execute(
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True, cwd=None if cwd is None else str(cwd))
         try:
-            proc.wait(timeout=timeout_s)
-            return proc.returncode, None
-        except subprocess.TimeoutExpired:
-            err.write(f"\n[scalescope sweep] timeout after {timeout_s} s: stopping the run\n".encode())
-            err.flush()
-            _stop_group(proc)
-            return proc.returncode, "timeout"
-        except KeyboardInterrupt:
-            err.write(b"\n[scalescope sweep] interrupted (Ctrl-C): stopping the run\n")
-            err.flush()
-            _stop_group(proc)
-            raise _Interrupted(proc.returncode) from None
+            return _wait(proc, err, timeout_s)
+        finally:
+            if proc.returncode is not None:  # the launcher is gone: nothing of the run may stay
+                pids = stop_left_behind(proc.pid, run_dir)
+                if pids:
+                    err.write(f"\n[scalescope sweep] {len(pids)} process(es) the run left running after its "
+                              f"launcher exited were stopped: pid {', '.join(map(str, pids))}\n".encode())
+                    err.flush()
+                if left_behind is not None:
+                    left_behind.extend(pids)
+
+
+def _wait(proc: subprocess.Popen, err, timeout_s: float | None) -> tuple[int | None, str | None]:
+    try:
+        proc.wait(timeout=timeout_s)
+        return proc.returncode, None
+    except subprocess.TimeoutExpired:
+        err.write(f"\n[scalescope sweep] timeout after {timeout_s} s: stopping the run\n".encode())
+        err.flush()
+        _stop_group(proc)
+        return proc.returncode, "timeout"
+    except KeyboardInterrupt:
+        err.write(b"\n[scalescope sweep] interrupted (Ctrl-C): stopping the run\n")
+        err.flush()
+        _stop_group(proc)
+        raise _Interrupted(proc.returncode) from None
 
 
 class _Interrupted(Exception):

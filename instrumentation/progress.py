@@ -22,7 +22,11 @@ def _escape_table() -> dict[int, str]:
         if chr(code) not in "\n\t":
             table[code] = f"\\x{code:02x}"
     # bidirectional overrides and isolates reorder what the eye reads ("Trojan source")
-    for code in [0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]:
+    for code in [0x200E, 0x200F, 0x061C, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]:
+        table[code] = f"\\u{code:04x}"
+    # lone surrogates: a file name that is not UTF-8 (Python keeps its bytes as U+DC80..U+DCFF)
+    # cannot be printed or written as UTF-8 at all
+    for code in range(0xD800, 0xE000):
         table[code] = f"\\u{code:04x}"
     return table
 
@@ -32,8 +36,10 @@ _ESCAPES = _escape_table()
 
 def printable(text: object) -> str:
     """``str(text)`` safe to print on a terminal: newlines and tabs kept, every other control
-    character (ESC, CSI, OSC, BEL, CR, backspace, C1 controls, bidi overrides) shown escaped
-    as ``\\x1b``, ``\\u202e``, so no escape sequence from a file reaches the terminal.
+    character (ESC, CSI, OSC, BEL, CR, backspace, C1 controls, bidi overrides and marks) shown
+    escaped as ``\\x1b``, ``\\u202e``, so no escape sequence from a file reaches the terminal;
+    a lone surrogate (a file name that is not UTF-8) as ``\\udcff``, so the text can always
+    be printed and written as UTF-8. The HTML report escapes labels with this same function.
 
     >>> printable("ok\\x1b]0;pwned\\x07\\tdone\\n")
     'ok\\\\x1b]0;pwned\\\\x07\\tdone\\n'

@@ -155,13 +155,13 @@ class TraceRecorder:
             if t1 is None:
                 out.append(
                     f'{{"name":{self._name(name)},"cat":"{cat}","ph":"i","s":"t","ts":{ts},'
-                    f'"pid":{pid},"tid":{tid},"args":{json.dumps(args, separators=(",", ":"))}}},\n'
+                    f'"pid":{pid},"tid":{tid},"args":{_args_json(args)}}},\n'
                 )
             else:
                 out.append(
                     f'{{"name":{self._name(name)},"cat":"{cat}","ph":"X","ts":{ts},'
                     f'"dur":{fmt_us(max(t1 - t0, 0))},"pid":{pid},"tid":{tid},'
-                    f'"args":{json.dumps(args, separators=(",", ":"))}}},\n'
+                    f'"args":{_args_json(args)}}},\n'
                 )
         return "".join(out)
 
@@ -240,3 +240,47 @@ class TraceRecorder:
             except OSError as exc:
                 self._fail(exc)
             self._fh = None
+
+
+def _jsonable(value: object) -> object:
+    """A value JSON cannot encode, as a number or text (``json.dumps(default=...)``): a NumPy
+    or one-element torch scalar as its number, a small array or tensor as a list, a path as
+    its text, anything else as ``str``."""
+    try:
+        size = getattr(value, "size", None)
+        n = value.numel() if callable(getattr(value, "numel", None)) else size if isinstance(size, int) else None
+        if n == 1 and callable(getattr(value, "item", None)):
+            return value.item()
+        if n is not None and n <= 64 and callable(getattr(value, "tolist", None)):
+            return value.tolist()
+    except Exception:  # a tensor on a device that cannot be read now: text below
+        pass
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return _text(value)
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:  # a __str__ that fails: its type still says something
+        return f"<{type(value).__name__}>"
+
+
+def _args_json(args: dict) -> str:
+    """The ``args`` of one record as JSON. Values JSON cannot encode become numbers or text
+    (:func:`_jsonable`); args that still fail (a key that is not a string, a cycle) become
+    text, so one odd ``mark()`` argument costs that record's detail, never the trace."""
+    try:
+        return json.dumps(args, separators=(",", ":"), default=_jsonable)
+    except Exception:  # a key that is not a string, a cycle, a failing __str__
+        return json.dumps({_text(k): _one(v) for k, v in args.items()}, separators=(",", ":"), default=_jsonable)
+
+
+def _one(value: object) -> object:
+    """One argument as it encodes, else as text (a dict with a tuple key, a cycle)."""
+    try:
+        json.dumps(value, default=_jsonable)
+        return value
+    except Exception:  # anything an argument's own methods raise costs only it
+        return _text(value)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from instrumentation import scheduler
+from instrumentation import paths, scheduler
 from instrumentation.experiment import (
     FINAL_STATUSES,
     RunSpec,
@@ -49,8 +49,21 @@ def script_path(out: Path, run_id: str) -> Path:
 
 
 def _job_id(entry: dict) -> str | None:
-    job = (entry.get("slurm") or {}).get("job_id")
-    return None if job is None else str(job)
+    job = _slurm(entry).get("job_id")
+    return None if job is None or isinstance(job, (dict, list)) else str(job)
+
+
+def _slurm(entry: dict) -> dict:
+    """The entry's ``slurm`` record ({} when missing or not an object: a damaged or hostile
+    experiment.json)."""
+    slurm = entry.get("slurm")
+    return slurm if isinstance(slurm, dict) else {}
+
+
+def _runs(data: dict) -> list[dict]:
+    """The entries of ``experiment.json`` that are objects (``runs`` not a list: none)."""
+    runs = data.get("runs")
+    return [e for e in runs if isinstance(e, dict)] if isinstance(runs, list) else []
 
 
 # ---------------------------------------------------------------------------------------
@@ -66,31 +79,30 @@ def reconcile(out: Path) -> dict[str, dict]:
     """
     out = Path(out)
     data = load_experiment(out) or {"runs": []}
-    watched = [_job_id(e) for e in data.get("runs", [])
-               if e.get("status") in ACTIVE_STATUSES or _killed_unrecorded(e)]
+    watched = [_job_id(e) for e in _runs(data) if _text(e.get("status")) in ACTIVE_STATUSES or _killed_unrecorded(e)]
     if not any(watched):
-        return {e["run_id"]: e for e in data.get("runs", []) if isinstance(e, dict)}
+        return {e["run_id"]: e for e in _runs(data) if paths.is_run_id(e.get("run_id"))}
     states = scheduler.job_states(j for j in watched if j)
 
     def apply(entries: dict) -> None:
         for run_id, entry in entries.items():
             job = _job_id(entry)
-            if job is None:
+            if job is None or not paths.is_run_id(run_id):  # never followed out of the experiment
                 continue
-            if job not in states and entry.get("status") in ACTIVE_STATUSES:
+            if job not in states and _text(entry.get("status")) in ACTIVE_STATUSES:
                 states[job] = scheduler.JobState(job, "UNKNOWN", "not known to squeue or sacct any more", None, "none")
-            if job in states and (entry.get("status") in ACTIVE_STATUSES or _killed_unrecorded(entry)):
+            if job in states and (_text(entry.get("status")) in ACTIVE_STATUSES or _killed_unrecorded(entry)):
                 entries[run_id] = _reconciled(out, entry, states[job])
 
     result = update_entries(out, apply)
-    return {e["run_id"]: e for e in result["runs"]}
+    return {e["run_id"]: e for e in _runs(result) if paths.is_run_id(e.get("run_id"))}
 
 
 def _killed_unrecorded(entry: dict) -> bool:
     """A run that finalized itself (e.g. after SIGTERM) whose job's SLURM state is not
     recorded yet: the scheduler may have killed it, and says why."""
-    slurm = entry.get("slurm") or {}
-    return bool(slurm.get("job_id")) and entry.get("status") in ("killed", "failed") and "state" not in slurm
+    slurm = _slurm(entry)
+    return bool(slurm.get("job_id")) and _text(entry.get("status")) in ("killed", "failed") and "state" not in slurm
 
 
 def _reconciled(out: Path, entry: dict, job: scheduler.JobState) -> dict:
@@ -102,14 +114,18 @@ def _reconciled(out: Path, entry: dict, job: scheduler.JobState) -> dict:
             return {**entry, "status": "running", "start_time": entry.get("start_time") or now(), "slurm": slurm}
         return {**entry, "slurm": slurm}
     slurm.update({"state": job.state, "reason": job.reason})
-    if status is None and entry.get("status") not in ACTIVE_STATUSES:
+    if status is None and _text(entry.get("status")) not in ACTIVE_STATUSES:
         return {**entry, "slurm": slurm}  # ended on its own and finalized: nothing to add
     try:
         spec = RunSpec.from_config(entry.get("config") or {})
     except (KeyError, ValueError, TypeError):
         return {**entry, "status": status or "failed", "slurm": slurm}
+    try:
+        run_dir = paths.run_dir(out, entry["run_id"])
+    except ValueError:  # a link out of the experiment: recorded here, nothing written there
+        return {**entry, "status": status or "failed", "slurm": slurm}
     exit_code = scheduler.job_exit_code(slurm["job_id"])
-    recorded = finalize_run(out / entry["run_id"], spec, exit_code=exit_code, status=status,
+    recorded = finalize_run(run_dir, spec, exit_code=exit_code, status=status,
                             experiment=(entry.get("config") or {}).get("experiment") or out.name,
                             command=[], wall_s=entry.get("wall_s"))
     recorded.pop("command", None)
@@ -230,27 +246,38 @@ def status_rows(out: Path) -> tuple[list[dict], str | None]:
     data = load_experiment(out)
     if data is None:
         raise FileNotFoundError(f"{out}: no experiment.json (not an experiment directory)")
-    entries = {e["run_id"]: e for e in data.get("runs", []) if isinstance(e, dict) and "run_id" in e}
+    listed = [e for e in _runs(data) if "run_id" in e]
+    invalid = [e for e in listed if not paths.is_run_id(e["run_id"])]
+    entries = {e["run_id"]: e for e in listed if paths.is_run_id(e["run_id"])}
     problem = None
-    if any(_job_id(e) and e.get("status") in ACTIVE_STATUSES for e in entries.values()):
+    if any(_job_id(e) and _text(e.get("status")) in ACTIVE_STATUSES for e in entries.values()):
         try:
             entries = reconcile(out)
         except scheduler.SchedulerError as exc:
             problem = str(exc)
     rows = []
     for run_id, e in entries.items():
-        slurm = e.get("slurm") or {}
-        status = e.get("status") or "unknown"
+        # every field as the file has it may be anything (a shared, damaged or hostile file):
+        # text where text is expected, a number for wall_s, else left out
+        slurm = _slurm(e)
+        status = _text(e.get("status")) or "unknown"
         if status == "running" and not slurm:  # a local run: its own manifest may know better
-            status = _run_manifest_status(out / run_id) or status
-        cause = e.get("cause") or _cause_from_tail(e.get("log_tail"))
-        note = e.get("exit_note") or cause or ""
-        rows.append({"run_id": run_id, "status": status, "job_id": slurm.get("job_id"),
-                     "slurm_state": slurm.get("state") or _live_state(status, slurm),
-                     "wall_s": e.get("wall_s"), "note": note,
-                     "cause": cause if status in FINAL_STATUSES and status != "ok" else None,
-                     "cause_rank": e.get("cause_rank"), "log": e.get("log") or str(out / run_id / "stderr.log"),
-                     "hint": e.get("hint")})
+            status = _text(_run_manifest_status(out, run_id)) or status
+        cause = _text(e.get("cause")) or _cause_from_tail(e.get("log_tail"))
+        note = _text(e.get("exit_note")) or _text(e.get("left_behind_note")) or cause or ""
+        wall = e.get("wall_s")
+        rank = e.get("cause_rank")
+        rows.append({"run_id": run_id, "status": status, "job_id": _text(slurm.get("job_id")),
+                     "slurm_state": _text(slurm.get("state")) or _live_state(status, slurm),
+                     "wall_s": wall if type(wall) in (int, float) and wall == wall and abs(wall) < 1e15 else None,
+                     "note": note, "cause": cause if status in FINAL_STATUSES and status != "ok" else None,
+                     "cause_rank": rank if type(rank) is int else None,
+                     "log": _text(e.get("log")) or str(Path(out) / run_id / "stderr.log"),
+                     "hint": _text(e.get("hint"))})
+    for e in invalid:  # "../other/run", "/abs": shown, never opened or written
+        rows.append({"run_id": str(e["run_id"])[:80], "status": "invalid", "job_id": None, "slurm_state": None,
+                     "wall_s": None, "note": "run id is not a directory name inside the experiment; not followed",
+                     "cause": None, "cause_rank": None, "log": None, "hint": None})
     return rows, problem
 
 
@@ -268,15 +295,22 @@ def _cause_from_tail(tail: object) -> str | None:
     return found[0] if found else last_meaningful(tail)
 
 
+def _text(value: object) -> str | None:
+    """A field's value as text: a string or number as it is, anything else None."""
+    if isinstance(value, str):
+        return value
+    return None if value is None or isinstance(value, (dict, list)) else str(value)
+
+
 def _live_state(status: str, slurm: dict) -> str | None:
     if not slurm.get("job_id"):
         return None
     return {"queued": "PENDING", "running": "RUNNING"}.get(status)
 
 
-def _run_manifest_status(run_dir: Path) -> str | None:
+def _run_manifest_status(out: Path, run_id: str) -> str | None:
     try:
-        return json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("status")
+        return json.loads((paths.run_dir(out, run_id) / "run.json").read_text(encoding="utf-8")).get("status")
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -16,6 +16,7 @@ This module runs on cluster login nodes: it imports neither torch nor pandas.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import re
 import sys
@@ -35,6 +36,7 @@ from instrumentation.experiment import (
     rank_command,
     resolve_script,
     run_env,
+    sweep_lock,
 )
 from instrumentation.manifest import write_json_atomic
 from instrumentation.progress import printable
@@ -194,6 +196,32 @@ def _plan(args: argparse.Namespace) -> list[RunSpec]:
                      cwd=getattr(args, "cwd", "shared") or "shared")
 
 
+def _check_out(out: Path, args: argparse.Namespace, plan: Sequence[RunSpec] = ()) -> None:
+    """ValueError naming ``--out`` when the experiment path cannot reach a tool intact, checked
+    before anything is written: nsys expands ``%`` in its output name (``%h``, ``%p``,
+    ``%q{VAR}``), so a profile would land elsewhere; SLURM reads a backslash in an ``#SBATCH``
+    file name as "no pattern expansion" and drops it; a SLURM script is UTF-8 text, so the
+    path must be too; NCCL expands ``%h`` and ``%p`` in ``NCCL_DEBUG_FILE``."""
+    text = str(out)
+    if getattr(args, "nsys", False) and "%" in text:
+        raise ValueError(f"--out {printable(text)}: holds '%', which nsys expands in its output file name "
+                         "(%h, %p, %q{VAR}), so the profiles would land elsewhere; choose a path without '%'")
+    nccl = any(s.framework == "horovod" or s.backend == "ddp-nccl" for s in plan)
+    if nccl and not getattr(args, "no_nccl_debug", False) and re.search("%[hp]", text):
+        raise ValueError(f"--out {printable(text)}: holds '%h' or '%p', which NCCL expands in NCCL_DEBUG_FILE "
+                         "(<run>/nccl.%h.%p.log), so its logs would land elsewhere; choose another path, or "
+                         "give --no-nccl-debug")
+    if args.slurm:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"--out {printable(text)}: the path is not UTF-8 text, so it cannot go into a SLURM "
+                             "script; choose a path whose name is UTF-8") from None
+        if "\\" in text:
+            raise ValueError(f"--out {printable(text)}: holds a backslash, which SLURM drops from #SBATCH file "
+                             "names (the job could not open its log); choose a path without '\\'")
+
+
 def _sweep_command() -> list[str]:
     """How this sweep was started, as recorded in ``experiment.json``."""
     prog = Path(sys.argv[0]).name
@@ -211,6 +239,7 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
     try:
         script = _script(args)
         plan = _plan(args)
+        _check_out(Path(args.out).resolve(), args, plan)  # before anything is written or looked up
         if args.slurm:
             # SLURM scripts carry the profiler variables on each rank's command line
             wrappers = [*wrappers, *profilers.wrappers_from_args(args, with_env=True)]
@@ -228,7 +257,10 @@ def run(args: argparse.Namespace, *, wrappers: Sequence[RankWrapper] = ()) -> in
     out = Path(args.out).resolve()
     try:
         if args.slurm:
-            return slurm.run(plan, script=script, out=out, args=args, command=_sweep_command(), wrappers=wrappers)
+            # one sweep at a time per experiment (--dry-run writes nothing, so takes no lock)
+            with contextlib.nullcontext() if args.dry_run else sweep_lock(out):
+                return slurm.run(plan, script=script, out=out, args=args, command=_sweep_command(),
+                                 wrappers=wrappers)
         return _run_local(plan, script=script, out=out, args=args, wrappers=wrappers)
     except (ValueError, FileNotFoundError, slurm.SlurmError) as exc:
         return _error(str(exc))
@@ -256,9 +288,10 @@ def _run_local(plan: list[RunSpec], *, script: list[str], out: Path, args: argpa
         return 0
     local.check_tools(plan)
     backend_check.check_nccl({s.backend for s in plan}, [s.np for s in plan])
-    if find:
-        return _find_max(plan, name=find[0], start=find[1], script=script, out=out, opts=opts)
-    return local.run_local(plan, script=script, out=out, command=_sweep_command(), opts=opts)
+    with sweep_lock(out):  # one sweep at a time per experiment: a second one is refused here
+        if find:
+            return _find_max(plan, name=find[0], start=find[1], script=script, out=out, opts=opts)
+        return local.run_local(plan, script=script, out=out, command=_sweep_command(), opts=opts)
 
 
 def _with_value(spec: RunSpec, name: str, value: int) -> RunSpec:

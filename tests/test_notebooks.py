@@ -230,7 +230,7 @@ def test_command_points_jupyter_at_the_experiments(monkeypatch, tmp_path, capsys
     assert args.func(args) == 0
     (path, cmd, env), = calls
     assert path == "jupyter" and cmd == ["jupyter", "lab", "port=8899", "no_browser=True"]
-    assert env[nbs.ENV_VAR] == f"{exp}{os.pathsep}{exp}"
+    assert json.loads(env[nbs.ENV_VAR]) == [str(exp), str(exp)]  # a list no directory name can break
     assert str(exp / nbs.EXPORT_DIRNAME) in capsys.readouterr().out
 
 

@@ -175,9 +175,23 @@ _ESCAPES = re.compile(r"\\textbackslash\{\}|\\textasciitilde\{\}|\\textless\{\}|
                       r"|\\le|\\ge|\\pm|\\mu|\\alpha|\\beta|-|\^\\circ)\$")
 
 
+#: What a character outside Latin-1 becomes (issue 33): an accent command on a letter (nested
+#: for two accents), a letter command, or its code point in braced brackets.
+_ACCENT = re.compile(r"\\[`'^~=\"uvHcdkbr.]\{([A-Za-z]|\\[ij]\{\})\}")
+_OTHER = re.compile(r"\\(l|L|oe|OE|i|j)\{\}|\{\[\}(U\+[0-9A-F]{4,6}\+?)+\{\]\}")
+
+
+def _without_escapes(text: str) -> str:
+    while True:
+        shorter = _ACCENT.sub(r"\1", text)
+        if shorter == text:
+            return _OTHER.sub("", _ESCAPES.sub("", text))
+        text = shorter
+
+
 @given(st.text(max_size=60))
 @settings(max_examples=300, deadline=None)
 def test_latex_escape_leaves_no_special_character(text):
-    rest = _ESCAPES.sub("", tables.latex_escape(text, breakable=True))
+    rest = _without_escapes(tables.latex_escape(text, breakable=True))
     assert not set(rest) & set("\\{}$&#_%^~")
     assert all(ord(c) >= 32 for c in rest)

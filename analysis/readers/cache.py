@@ -31,6 +31,7 @@ from analysis._io import check_file
 from analysis.errors import RecoveryWarning, recording
 from analysis.readers._assembly import NP_INT, missing
 from analysis.readers.registry import Reader
+from instrumentation.paths import leaves
 
 #: Bumped whenever any reader's output changes, so cached Parquet files are not reused.
 CACHE_VERSION = 4
@@ -268,7 +269,7 @@ def run_key(path: str | os.PathLike[str], run_id: str) -> str:
     rewrite with the same size and a restored mtime still changes the key)."""
     parts = [str(Path(path).resolve()), run_id, str(CACHE_VERSION)]
     for f in sorted(Path(path).rglob("*")):
-        if f.is_file():
+        if f.is_file() and not leaves(f):  # a link out of the experiment is never read (nor fingerprinted)
             parts.append(f"{f.relative_to(path)}:{sorted(fingerprint(f).items())}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 

@@ -29,6 +29,15 @@ explicit offset are converted exactly. ``ts_ns`` is Unix-epoch ns. ``host`` come
 
 Rows with the wrong number of fields or an unparsable timestamp (including a repeated header
 line from an appended log) are dropped with one RecoveryWarning giving the count.
+
+Locales and clocks (each a RecoveryWarning naming the cause, never a silent loss): a log
+written under a locale with a decimal comma (``73,41 W``; nvidia-smi puts a space after
+each separator, none after a decimal comma) is read with decimal points; a GPU's clock
+stepping back by more than a second (a daylight-saving change read without ``tz=``, a clock
+set back) is named with the size of the step; with ``tz=``, a time in the hour a
+daylight-saving change repeats is placed by its order in the log (before the clock stepped
+back: summer time, after it: winter time), and one in the hour a change skips, which does
+not exist in that zone, is dropped as such.
 """
 
 from __future__ import annotations
@@ -147,25 +156,22 @@ def sniff(path: Path) -> bool:
     return "ts" in targets and any(t not in (None, "ts", "device") for t in targets)
 
 
-def _parse_ts(values: pd.Series, tz: object) -> pd.Series:
+def _parse_ts(values: pd.Series, tz: object, path: Path | None = None) -> pd.Series:
     s = values.astype(str).str.strip()
     smi = s.str.match(_SMI_TS.pattern)
     out = pd.Series(pd.NaT, index=s.index, dtype="datetime64[ns, UTC]")
     if smi.any():
         naive = pd.to_datetime(s[smi], format="%Y/%m/%d %H:%M:%S.%f", errors="coerce")
-        out[smi] = _localize(naive, tz)
+        out[smi] = _localize(naive, tz, path)
     rest = ~smi & s.str.match(_ISO_TS.pattern)
     if rest.any():
         parsed = [pd.Timestamp(v) if _ok_ts(v) else pd.NaT for v in s[rest]]
-        conv = []
-        for p in parsed:
-            if p is pd.NaT:
-                conv.append(pd.NaT)
-            elif p.tzinfo is None:
-                conv.append(_localize(pd.Series([p]), tz).iloc[0])
-            else:
-                conv.append(p.tz_convert("UTC"))
+        naive = [p is not pd.NaT and p.tzinfo is None for p in parsed]
+        conv = [p.tz_convert("UTC") if p is not pd.NaT and not n else pd.NaT for p, n in zip(parsed, naive, strict=True)]
         out[rest] = pd.Series(conv, index=s[rest].index, dtype="datetime64[ns, UTC]")
+        if any(naive):  # all at once, in file order: a repeated hour is placed by order, with a warning
+            idx = s[rest].index[np.asarray(naive)]
+            out[idx] = _localize(pd.Series([p for p, n in zip(parsed, naive, strict=True) if n], index=idx), tz, path)
     return out
 
 
@@ -194,11 +200,55 @@ def _tzinfo(tz: object) -> object:
 _NS_MIN, _NS_MAX = pd.Timestamp.min + pd.Timedelta(days=1), pd.Timestamp.max - pd.Timedelta(days=1)
 
 
-def _localize(naive: pd.Series, tz: object) -> pd.Series:
+def _localize(naive: pd.Series, tz: object, path: Path | None = None) -> pd.Series:
+    """Naive wall-clock times of zone ``tz`` as UTC. A time in the hour a daylight-saving
+    change repeats is placed by its order in the log (before the clock stepped back: summer
+    time; after: winter time) and counted in a warning; one in the hour a change skips does
+    not exist and is dropped, with a warning naming that cause."""
     naive = pd.to_datetime(naive)
     naive = naive.where((naive > _NS_MIN.tz_localize(None)) & (naive < _NS_MAX.tz_localize(None)))
     naive = naive.astype("datetime64[ns]")
-    return naive.dt.tz_localize(_tzinfo(tz), ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
+    zone = _tzinfo(tz)
+    if tz is None:
+        return naive.dt.tz_localize(zone).dt.tz_convert("UTC")
+    amb = naive.dt.tz_localize(zone, ambiguous="NaT", nonexistent="shift_forward").isna() & naive.notna()
+    # each stretch of rows in a repeated hour: summer time until the clock steps back in it
+    stretch = (~amb).cumsum()
+    before = naive.groupby(stretch).cummax().groupby(stretch).shift(1)
+    stepped = (naive < before).groupby(stretch).cummax()
+    try:
+        out = naive.dt.tz_localize(zone, ambiguous=(~stepped).to_numpy(), nonexistent="NaT")
+    except (ValueError, TypeError):
+        out = naive.dt.tz_localize(zone, ambiguous="NaT", nonexistent="NaT")
+    if path is not None and len(naive):
+        gap = out.isna() & naive.notna() & ~amb
+        repeated = int(amb.sum())
+        if repeated:
+            warnings.warn(f"{path}: {repeated} timestamp(s) fall in the hour repeated by a daylight-saving change "
+                          f"in {tz} (ambiguous); each placed by its order in the log (before the clock stepped "
+                          "back: summer time, after: winter time)", RecoveryWarning, stacklevel=6)
+        if gap.any():
+            warnings.warn(f"{path}: {int(gap.sum())} timestamp(s) fall in the hour skipped by a daylight-saving "
+                          f"change in {tz} (they do not exist there): those rows are dropped; is tz= the zone the "
+                          "log was written in?", RecoveryWarning, stacklevel=6)
+    return out.dt.tz_convert("UTC")
+
+
+def _check_order(ts: pd.Series, devices: object, path: Path) -> None:
+    """Warn when a GPU's clock steps back by more than a second (a daylight-saving change
+    read without ``tz=``, or the clock set back): its later samples are interleaved in
+    time with earlier ones."""
+    if len(ts) < 2:
+        return
+    frame = pd.DataFrame({"ts": ts.to_numpy(), "device": devices if devices is not None else 0})
+    back = frame.groupby("device", dropna=False)["ts"].cummax() - frame["ts"]
+    worst = back.max()
+    if pd.notna(worst) and worst > pd.Timedelta(seconds=1):
+        row = int(back.to_numpy().argmax())
+        warnings.warn(f"{path}: the clock steps back by {worst.to_pytimedelta()} (first at sample {row + 1}): a "
+                      "daylight-saving change read without tz=, or the clock set back; samples after the step overlap earlier "
+                      "ones in time (pass tz= the zone the log was written in, for a daylight-saving change)",
+                      RecoveryWarning, stacklevel=4)
 
 
 def _values(col: pd.Series, target: str, header_unit: str, path: Path) -> np.ndarray:
@@ -281,6 +331,11 @@ def read(
     if not rows:
         raise ReadError(path, "no rows (the file holds only blank lines)")
     header, body, targets = _header(rows, columns, path)
+    if any(len(r) > len(header) for r in body):
+        fixed = _decimal_commas(text.lstrip("\ufeff"), len(header), path)
+        if fixed is not None:
+            rows = [r for r in csv.reader(io.StringIO(fixed), skipinitialspace=True) if r]
+            header, body, targets = _header(rows, columns, path)
     ts_idx = [i for i, (t, _) in enumerate(targets) if t == "ts"]
     if not ts_idx:
         raise ReadError(path, f"no timestamp column among {header}; nvidia-smi logs need --query-gpu=timestamp,...")
@@ -290,10 +345,11 @@ def read(
     good = [[f.strip() for f in r] for r in body if len(r) == width]
     bad = len(body) - len(good)
     frame = pd.DataFrame(good, columns=range(width), dtype=object)
-    ts = _parse_ts(frame[ts_idx[0]], tz) if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
+    ts = _parse_ts(frame[ts_idx[0]], tz, path) if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
     frame, ts = keep_parsed(frame, ts, path, already_bad=bad,
                             detail=" (wrong number of fields, repeated header or unparsable timestamp)")
     data = _metrics(frame, header, targets, path)
+    _check_order(ts, data.get("device"), path)
     epoch = pd.Timestamp("1970-01-01", tz="UTC")
     ts_ns = ((ts - epoch) // pd.Timedelta(1, "ns")).to_numpy(np.int64) if len(ts) else np.array([], dtype=np.int64)
     df = schema.make_samples(
@@ -305,6 +361,30 @@ def read(
         **data,
     )
     return schema.validate_samples(df)
+
+
+_DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d)")
+
+
+def _decimal_commas(text: str, width: int, path: Path) -> str | None:
+    """``text`` with the decimal commas of rows written under a locale such as ``de_DE``
+    (``73,41 W``) read as decimal points, or None when no row has one. Such a row has more
+    fields than the header; a comma between two digits (nvidia-smi puts a space after every
+    separator) is its decimal comma when, read as a point, the row has the header's number
+    of fields. Counted in a warning: never dropped in silence."""
+    lines = text.split("\n")
+    fixed = 0
+    for i, line in enumerate(lines):
+        if '"' in line or not _DECIMAL_COMMA.search(line) or line.count(",") + 1 <= width:
+            continue
+        new = _DECIMAL_COMMA.sub(".", line)
+        if new.count(",") + 1 == width:
+            lines[i], fixed = new, fixed + 1
+    if not fixed:
+        return None
+    warnings.warn(f"{path}: {fixed} row(s) hold numbers with a decimal comma (a log written under a locale such "
+                  "as de_DE: '73,41 W'), read as decimal points (73.41)", RecoveryWarning, stacklevel=4)
+    return "\n".join(lines)
 
 
 def _decode(raw: bytes, path: Path) -> str:

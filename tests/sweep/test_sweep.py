@@ -180,12 +180,14 @@ def test_script_and_existing_inputs_are_made_absolute(tmp_path):
     (tmp_path / "train.py").write_text("")
     (tmp_path / "data").mkdir()
     (tmp_path / "pkg").mkdir()
-    cmd = sweep.resolve_script(["python", "train.py", "--data", "data", "--out=data", "--log", "new.log",
-                                "--n=3"], user_cwd=tmp_path)
+    kept: list[str] = []
+    cmd = sweep.resolve_script(["python", "train.py", "--data", "data/", "--out=./data", "--split", "data",
+                                "--log", "new.log", "--n=3"], user_cwd=tmp_path, kept=kept)
     assert cmd == [sys.executable, str(tmp_path / "train.py"), "--data", str(tmp_path / "data"),
-                   f"--out={tmp_path / 'data'}", "--log", "new.log", "--n=3"]
+                   f"--out={tmp_path / 'data'}", "--split", "data", "--log", "new.log", "--n=3"]
+    assert kept == ["data"]  # a bare word stays as typed (issue 33), and is named in a warning
     # a module name is not a path, even where a directory of that name exists
-    assert sweep.resolve_script(["python", "-m", "pkg", "data"], user_cwd=tmp_path)[1:] == [
+    assert sweep.resolve_script(["python", "-m", "pkg", "./data"], user_cwd=tmp_path)[1:] == [
         "-m", "pkg", str(tmp_path / "data")]
     env = experiment.with_user_path({"PYTHONPATH": "/x"}, [sys.executable, "-m", "pkg"], tmp_path)
     assert env["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/x"
