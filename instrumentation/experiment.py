@@ -674,10 +674,11 @@ def sweep_lock(out: Path) -> Iterator[None]:
         except OSError:  # a file system without locks: no protection, as before
             yield
             return
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {now()}\n")
-        f.flush()
+        try:  # unbuffered: a full disk fails here, naming the file, not again at close
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {now()}\n".encode(), 0)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         try:
             yield
         finally:

@@ -167,12 +167,17 @@ def test_isolated_runs_that_miss_a_relative_file_say_how_to_change_it(tmp_path):
 
 
 def test_key_value_overrides_are_path_arguments(tmp_path):
+    """A hydra-style override's value follows the rule of every argument (docs/sweep.md):
+    made absolute where it is certainly a path (written with a '/', naming something that
+    exists), a bare word kept as typed (and named for the warning)."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "input.txt").write_text("x")
+    kept: list[str] = []
     cmd = resolve_script(["python", "app.py", "data_config.path=data/input.txt", "+extra=data", "trainer.epochs=2",
-                          "--lr=0.1", "new=out/x"], user_cwd=tmp_path)
-    assert cmd[2:] == [f"data_config.path={tmp_path / 'data' / 'input.txt'}", f"+extra={tmp_path / 'data'}",
+                          "--lr=0.1", "new=out/x"], user_cwd=tmp_path, kept=kept)
+    assert cmd[2:] == [f"data_config.path={tmp_path / 'data' / 'input.txt'}", "+extra=data",
                        "trainer.epochs=2", "--lr=0.1", "new=out/x"]
+    assert kept == ["data"]
 
 
 def test_a_file_one_run_writes_into_the_shared_directory_and_the_next_reads_is_named(tmp_path):
