@@ -44,6 +44,7 @@ import json
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -212,6 +213,73 @@ def generate_kineto(path: Path, target_bytes: int, *, seed: int = 0, rank: int =
             written = fh.tell()
         fh.write(',\n  {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", '
                  f'"ts": {ts_ns / 1000:.3f}}}\n  ],\n  "traceName": "{path}"\n}}\n')
+        return fh.tell()
+
+
+# --------------------------------------------------------------------------------------
+# real traces, scaled up
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+#: Real traces of each JSON format (``../shared/corpus``), scaled up by :func:`scale_real`.
+REAL = {
+    "kineto_real": "kineto/hta__negative_queue_length_rank0.json.gz",
+    "horovod_real": "horovod_timeline/tflogs-72f32f9__horovod_timeline.json",
+    "kineto_real2": "kineto/hta__nccl_data.json.gz",
+    "horovod_real2": "horovod_timeline/alcf__timeline_gpu_n1.json",
+}
+#: Numeric fields shifted per copy: the time, and the ids that link records (flows,
+#: correlations, external ids) so that no two copies share one.
+_SHIFTED = re.compile(rb'"(ts|External id|id|correlation|Ev Idx|Record function id)":\s*(-?\d+)')
+
+
+def _events_span(body: bytes) -> slice:
+    """The slice of ``body`` (a whole trace) holding its event records: from after the
+    event array's ``[`` to the end of its last record (no trailing comma)."""
+    key = body.find(b'"traceEvents"')
+    lo = body.index(b"[", key if key >= 0 else 0) + 1
+    if key >= 0:  # the array's end, found by decoding it (later keys may hold "]")
+        _, hi = json.JSONDecoder().raw_decode(body[lo - 1 :].decode())
+        hi = lo - 1 + len(body[lo - 1 :].decode()[:hi].encode()) - 1
+    else:
+        end = body.rstrip()
+        hi = len(end) - 1 if end.endswith(b"]") else len(end)  # unterminated: to the end
+    inner = body[lo:hi].rstrip().rstrip(b",").rstrip()
+    return slice(lo, lo + len(inner))
+
+
+def scale_real(src: Path, path: Path, target_bytes: int) -> int:
+    """A real trace repeated up to about ``target_bytes``: every copy of its events shifted
+    after the last by the trace's span, with ``ts`` and the ids of :data:`_SHIFTED` moved
+    so that no two copies share one; the text (whitespace, key order, number formats,
+    head, tail and termination) is the original's. Returns bytes written."""
+    import gzip
+
+    raw = gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes()
+    span = _events_span(raw)
+    events = raw[span]
+    ts = [int(m.group(2)) for m in _SHIFTED.finditer(events) if m.group(1) == b"ts"]
+    ids = [int(m.group(2)) for m in _SHIFTED.finditer(events) if m.group(1) != b"ts"]
+    t_shift = (max(ts) - min(ts)) + 1000 if ts else 0  # a 1 ms gap between copies
+    id_shift = (max(ids) + 1) if ids else 0
+    copies = max(1, round((target_bytes - len(raw) + len(events)) / (len(events) + 2)))
+
+    def shifted(k: int) -> bytes:
+        if k == 0:
+            return events
+
+        def sub(m: re.Match) -> bytes:
+            by = t_shift * k if m.group(1) == b"ts" else id_shift * k
+            return b'"' + m.group(1) + b'": ' + str(int(m.group(2)) + by).encode()
+
+        return _SHIFTED.sub(sub, events)
+
+    with open(path, "wb") as fh:
+        fh.write(raw[: span.start])
+        for k in range(copies):
+            if k:
+                fh.write(b",\n")
+            fh.write(shifted(k))
+        fh.write(raw[span.stop :])  # the original's end: closed, or unterminated
         return fh.tell()
 
 

@@ -378,7 +378,9 @@ def _dropping_none(on_records: Callable[[list, Any], None], damage: Damage,
     are dropped and counted in ``damage``."""
 
     def on_chunk(recs: list, body: Any) -> None:
-        n_bad = recs.count(None)
+        # only a record-by-record conversion (:func:`lenient`) gives None: a chunk the typed
+        # decoder took whole is not scanned (comparing each record with None is not free)
+        n_bad = recs.count(None) if type(recs) is not list else 0
         if n_bad:
             damage.bad_records += n_bad
             recs = [r for r in recs if r is not None]
@@ -647,9 +649,14 @@ def lenient(decoder: msgspec.json.Decoder, record: type, *, drop: tuple[str, ...
             raw = msgspec.json.decode(data)
             if not isinstance(raw, list):
                 raise
-            return [convert(r) for r in raw]
+            return Converted(convert(r) for r in raw)
 
     return decode
+
+
+class Converted(list):
+    """Records converted one by one (:func:`lenient`): some may be None. A plain ``list``
+    from the typed decoder never holds None."""
 
 
 class _ExactTimes(msgspec.Struct, gc=False):
@@ -661,15 +668,18 @@ class _ExactTimes(msgspec.Struct, gc=False):
 _EXACT_DECODER = msgspec.json.Decoder(list[_ExactTimes], float_hook=str)
 
 
-def _needs_text(keep: list, values: np.ndarray, attr: str) -> bool:
+def _needs_text(raw: list, values: np.ndarray) -> bool:
     """Whether a float value at or above 2**43 µs (where float64 spacing exceeds 0.5 ns) is
-    present: its ns must be read from the text."""
+    present (``raw``: the decoded values, ``values`` the same as float64): its ns must be
+    read from the text."""
+    if float not in set(map(type, raw)):  # integer µs (old Kineto): exact at any size
+        return False
     big = np.flatnonzero(np.abs(np.nan_to_num(values)) >= EXACT_LIMIT_US)
-    return any(type(getattr(keep[i], attr)) is float for i in big.tolist())
+    return any(type(raw[i]) is float for i in big.tolist())
 
 
 def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
-                ) -> tuple[list, np.ndarray, np.ndarray]:
+                complete: np.ndarray | None = None) -> tuple[list, np.ndarray, np.ndarray]:
     """``(records, ts_ns, dur_ns)``: the records of a chunk that have a ``ts``, and their
     ``ts`` and ``dur`` (0 when absent) in exact int64 ns.
 
@@ -677,10 +687,13 @@ def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
     phase is in ``phases``, ``body`` the chunk's text. Values are converted with
     :func:`us_to_ns`; when a float at or above 2**43 µs is present, the chunk is decoded
     again with its numbers kept as text (:func:`text_us_to_ns`). Records without a ``ts``
-    are dropped; both are noted in ``damage``.
+    are dropped; both are noted in ``damage``. ``complete``: which records are complete
+    events (ph ``X``), when the caller knows already.
     """
-    ts = np.array([e.ts for e in keep], dtype=np.float64)
-    dur = np.array([e.dur for e in keep], dtype=np.float64)
+    ts_raw = [e.ts for e in keep]
+    dur_raw = [e.dur for e in keep]
+    ts = np.array(ts_raw, dtype=np.float64)
+    dur = np.array(dur_raw, dtype=np.float64)
     far = ~in_range(ts) | ~in_range(dur)
     if far.any():
         damage.notes.append(f"{int(far.sum())} event(s) with a ts or dur beyond ±2**62 ns (about 146 years) "
@@ -688,14 +701,15 @@ def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
         ts[far] = np.nan
     ts_ok = ~np.isnan(ts)
     dur = np.where(ts_ok, dur, 0.0)
-    no_dur = np.isnan(dur) & np.array([e.ph == "X" for e in keep], dtype=bool)
+    no_dur = np.isnan(dur)
+    if no_dur.any():
+        no_dur &= complete if complete is not None else np.array([e.ph == "X" for e in keep], dtype=bool)
     if no_dur.any():
         damage.notes.append(f"{int(no_dur.sum())} complete event(s) (ph X) without a dur (absent or null) were "
                             "kept with dur 0")
     ts_ns, bad_ts = us_to_ns(np.where(ts_ok, ts, 0.0))
     dur_ns, bad_dur = us_to_ns(np.where(np.isnan(dur), 0.0, dur))
-    if (bad_ts.any() or bad_dur.any() or _needs_text(keep, ts, "ts")
-            or _needs_text(keep, dur, "dur")):
+    if bad_ts.any() or bad_dur.any() or _needs_text(ts_raw, ts) or _needs_text(dur_raw, dur):
         try:
             exact = [e for e in _EXACT_DECODER.decode(b"[" + body + b"]") if e.ph in phases]
         except (msgspec.DecodeError, UnicodeDecodeError):
