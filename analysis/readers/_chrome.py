@@ -51,8 +51,11 @@ BLOCK_BYTES = 1 << 20
 _WS = b" \t\r\n"
 # Record separators for the record-by-record fallback: "}" [ws] "," [ws] before "{".
 _SEP = re.compile(rb"\}\s*,\s*(?=\{)")
-# The end of an event array: a record's closing brace, then "]".
-_ARRAY_END = re.compile(rb"\}\s*\]")
+# The end of an event array: a record's closing brace, then "]" (after a trailing comma, which
+# is not JSON, when a writer leaves one).
+_ARRAY_END = re.compile(rb"\}\s*(,\s*)?\]")
+_TRAILING_COMMA = ("a trailing comma after the last record, before the ']' that closes the event array "
+                   "(not valid JSON), was ignored")
 @dataclass
 class Damage:
     """What was lost or repaired while reading one file."""
@@ -508,19 +511,38 @@ def _without_zero_fill(rest: bytes, damage: Damage) -> bytes:
     return padded
 
 
-def _after_the_end(rest: bytes, cands: list[int], container: str, header: bytes, decoder: ChunkDecoder,
-                   ) -> tuple[list, dict | None, bytes, int] | None:
-    """``(records, metadata, junk, where the array closes)`` when ``rest`` holds the end of
+def _closings(rest: bytes, end: int) -> tuple[list[int], dict[int, int]]:
+    """Where the event array may close in ``rest[:end]``: the candidate ``]`` positions, and
+    for those after a trailing comma, where the records end (just after the last ``}``)."""
+    cands, comma = [], {}
+    for m in _ARRAY_END.finditer(rest, 0, end):
+        cands.append(m.end() - 1)
+        if m.group(1):
+            comma[m.end() - 1] = m.start() + 1
+    lead = _skip_ws(rest, 0)
+    if lead < end and rest[lead] == 0x5D:
+        cands.insert(0, lead)
+    if not cands:  # an array of values that are not records, e.g. [1, 2]: closed all the same
+        close = rest.find(b"]", 0, end)
+        if close > 0 and b"{" not in rest[:close] and _plain_values(rest[:close]) is not None:
+            cands.append(close)
+    return cands[-64:], comma
+
+
+def _after_the_end(rest: bytes, cands: list[int], comma: dict[int, int], container: str, header: bytes,
+                   decoder: ChunkDecoder) -> tuple[list, dict | None, bytes, int] | None:
+    """``(records, metadata, junk, where the records end)`` when ``rest`` holds the end of
     a closed event array (and, for an object, its closing keys) whose records all decode,
     followed by junk; None otherwise. The latest such end is taken."""
     for p in reversed(cands):
+        body = rest[: comma.get(p, p)]
         try:
-            recs = decoder._decode_array(rest[:p]) if rest[:p].strip(_WS) else []
+            recs = decoder._decode_array(body) if body.strip(_WS) else []
         except msgspec.DecodeError:
             continue
         trailer = rest[p + 1:]
         if container == "array":
-            return recs, None, trailer.strip(_WS), p
+            return recs, None, trailer.strip(_WS), len(body)
         close = -1
         for _ in range(64):  # the object's closing brace: the first "}" after which it decodes
             close = trailer.find(b"}", close + 1)
@@ -532,7 +554,7 @@ def _after_the_end(rest: bytes, cands: list[int], container: str, header: bytes,
                 continue
             meta = meta if isinstance(meta, dict) else {}
             meta.pop("traceEvents", None)
-            return recs, meta, trailer[close + 1:].strip(_WS), p
+            return recs, meta, trailer[close + 1:].strip(_WS), len(body)
     return None
 
 
@@ -544,16 +566,9 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
     end = len(rest.rstrip(_WS))
     # 1. a properly closed array: "]" right after a record's "}" (or an empty array);
     # try the candidates from the end (keys after the array may hold "]" in strings)
-    cands = [m.end() - 1 for m in _ARRAY_END.finditer(rest, 0, end)]
-    lead = _skip_ws(rest, 0)
-    if lead < end and rest[lead] == 0x5D:
-        cands.insert(0, lead)
-    if not cands:  # an array of values that are not records, e.g. [1, 2]: closed all the same
-        close = rest.find(b"]", 0, end)
-        if close > 0 and b"{" not in rest[:close] and _plain_values(rest[:close]) is not None:
-            cands.append(close)
-    for p in reversed(cands[-64:]):
-        body = rest[:p]
+    cands, comma = _closings(rest, end)
+    for p in reversed(cands):
+        body = rest[: comma.get(p, p)]
         trailer = rest[p + 1 : end]
         meta = None
         if container == "array":
@@ -576,14 +591,18 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
             recs, _ = decoder.tolerant(body, final=True)
         if recs:
             on_chunk(recs, body)
+        if p in comma:
+            damage.notes.append(_TRAILING_COMMA)
         return meta
     # 2. a closed array whose records all decode, followed by bytes that are not the end of
     # the file's JSON (junk appended after the end): the trace is whole; the junk is named
-    junk = _after_the_end(rest[:end], cands[-64:], container, header, decoder)
+    junk = _after_the_end(rest[:end], cands, comma, container, header, decoder)
     if junk is not None:
         recs, meta, tail, at = junk
         if recs:
             on_chunk(recs, rest[:at])
+        if at in comma.values():
+            damage.notes.append(_TRAILING_COMMA)
         damage.notes.append(f"{len(tail):,} byte(s) after the end of the trace ({_io.describe_bytes(tail)}) "
                             "were ignored")
         return meta
