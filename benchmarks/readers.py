@@ -262,11 +262,12 @@ def _events_span(body: bytes) -> slice:
     return slice(lo, lo + len(inner))
 
 
-def scale_real(src: Path, path: Path, target_bytes: int) -> int:
+def scale_real(src: Path, path: Path, target_bytes: int, *, rank: int | None = None) -> int:
     """A real trace repeated up to about ``target_bytes``: every copy of its events shifted
     after the last by the trace's span, with ``ts`` and the ids of :data:`_SHIFTED` moved
     so that no two copies share one; the text (whitespace, key order, number formats,
-    head, tail and termination) is the original's. Returns bytes written."""
+    head, tail and termination) is the original's; with ``rank``, a Kineto trace's
+    ``distributedInfo.rank`` says that rank. Returns bytes written."""
     import gzip
 
     raw = gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes()
@@ -288,8 +289,12 @@ def scale_real(src: Path, path: Path, target_bytes: int) -> int:
 
         return _SHIFTED.sub(sub, events)
 
+    head = raw[: span.start]
+    if rank is not None and b'"distributedInfo"' in head:
+        at = head.index(b'"distributedInfo"')
+        head = head[:at] + re.sub(rb'"rank":\s*\d+', b'"rank": %d' % rank, head[at:], count=1)
     with open(path, "wb") as fh:
-        fh.write(raw[: span.start])
+        fh.write(head)
         for k in range(copies):
             if k:
                 fh.write(b",\n")
