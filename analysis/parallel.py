@@ -246,14 +246,20 @@ def run_tasks(
             progress.stop()
     frames = []
     for i in range(len(items)):
-        buf, caught, extra = results[i]
-        results[i] = None  # each buffer is freed once its frame is built
+        frame, caught, extra = results[i]
+        results[i] = None
         if extras is not None:
             extras.append(extra)
         for category, message in caught:
             warnings.warn(message, category, stacklevel=2)
-        frames.append(from_ipc(buf))
+        frames.append(frame)
     return frames
+
+
+def _built(result: tuple[bytes, list, Any]) -> tuple[pd.DataFrame, list, Any]:
+    """A task's result (:func:`_task`) with its frame built from the Arrow IPC buffer."""
+    buf, caught, extra = result
+    return from_ipc(buf), caught, extra
 
 
 def _on_dask(client: Any, func: Callable[[Any], Any], items: list, start: list[int], progress: Any) -> list:
@@ -270,7 +276,7 @@ def _on_dask(client: Any, func: Callable[[Any], Any], items: list, start: list[i
     errors: dict[int, BaseException] = {}
     for fut in dask_completed(futures):
         try:
-            results[index[fut.key]] = fut.result()
+            results[index[fut.key]] = _built(fut.result())
         except Exception as exc:  # raised below, the first in item order (not in finishing order)
             errors[index[fut.key]] = exc
         if progress is not None:
@@ -287,8 +293,10 @@ def _on_pool(n: int, func: Callable[[Any], Any], items: list, start: list[int], 
     with _pool(n) as pool:
         futures = {pool.submit(_task, func, items[i]): i for i in start}
         for fut in as_completed(futures):
+            # the frame is built as its result arrives, while the workers go on with the
+            # other tasks, and its buffer freed (not all of them held until the last)
             try:
-                results[futures[fut]] = fut.result()
+                results[futures[fut]] = _built(fut.result())
             except Exception as exc:  # raised below, the first in item order (not in finishing order)
                 errors[futures[fut]] = exc
             if progress is not None:

@@ -315,12 +315,11 @@ def concat(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
         return empty_events()
     cat_cols = [c for c in frames[0].columns if isinstance(frames[0][c].dtype, pd.CategoricalDtype)]
     if cat_cols:
-        frames = [f.copy() for f in frames]
-        for col in cat_cols:
-            cats = pd.Index(
-                sorted({v for f in frames for v in f[col].cat.categories}, key=str), dtype=object
-            )
-            for f in frames:
-                f[col] = f[col].cat.set_categories(cats)
+        union = {col: pd.Index(sorted({v for f in frames for v in f[col].cat.categories}, key=str), dtype=object)
+                 for col in cat_cols}
+        # new frames holding the recoded columns (the others are not copied: pd.concat copies
+        # every column once anyway); the callers' frames are left as they were
+        frames = [f.assign(**{col: f[col].cat.set_categories(cats) for col, cats in union.items()})
+                  for f in frames]
     out = pd.concat(frames, ignore_index=True)
     return out

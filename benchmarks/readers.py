@@ -1,40 +1,51 @@
-"""Reader benchmark: our Horovod and Kineto readers against stdlib json, HTA and msgspec.
+"""Reader benchmark: our Horovod and Kineto readers against the typed msgspec decode floor,
+stdlib json, HTA and the parse cache, on real traces scaled up and on generated ones.
 
-Generates a Horovod-style timeline and a Kineto-style trace of the requested sizes, then
-loads each with every method in a **fresh subprocess** (so peak RSS is per method) and
-prints one table: MB/s and peak RSS as a multiple of the file size.
+Files
+-----
+kineto_real, horovod_real   a real trace of the shared corpus (``../shared/corpus``; see
+                            :data:`REAL`) repeated up to the requested size: each copy of
+                            its events shifted after the last in time, with ``ts`` and the ids
+                            that link records (flow ``id``, ``correlation``, ``External id``,
+                            ``Ev Idx``, ``Record function id``) moved so that no two copies
+                            share one; the text (whitespace, key order, number formats,
+                            head, tail, termination) is the original's. ``horovod_real`` is
+                            unterminated, as the original (``},`` at the end, no ``]``).
+kineto_real2, horovod_real2 two more real traces of the same formats (``--formats``)
+kineto, horovod             this script's own generators (:func:`generate_kineto`,
+                            :func:`generate_horovod`)
 
-Methods
+The scaled files are made in ``--workdir`` at benchmark time (never kept in the repository).
+
+Methods (each in a **fresh subprocess**, so peak RSS is per method)
 -------
-ours             ``analysis.readers.<fmt>.read(path)`` (tidy event frame, no cache)
-json+pandas      ``json.load`` + ``pandas.DataFrame(events)`` (an untidy frame)
-hta              HTA's ``parse_trace_dataframe`` (Kineto only; JSON backend, its default)
-msgspec floor    ``msgspec.json.decode(bytes)`` into Python objects, no DataFrame
-cached re-load   ``analysis.read(path)`` in a fresh process after another process read the
-                 file once (Parquet cache); compared with that first load. Two re-load
-                 processes run after each first load (the first right after the write,
-                 which can be slower while the kernel writes the Parquet file back)
+ours      ``analysis.readers.<fmt>.read(path)`` (tidy event frame, no cache)
+floor     a typed ``msgspec`` decode of the whole file into Structs holding the readers'
+          fields (:func:`typed_decoder`, :func:`floor_decode`), no frame
+untyped   ``msgspec.json.decode(bytes)`` into dicts and lists
+json      ``json.loads`` + ``pandas.DataFrame(events)`` (an untidy frame)
+hta       HTA's ``parse_trace_dataframe`` (Kineto only; JSON backend, its default)
+cached    ``analysis.read(path)`` in a fresh process after another process read the file
+          once (Parquet cache); the first load is reported beside it
 
-Each method runs ``--repeat`` times (default 3); the fastest time (the slowest in brackets)
-and the largest peak RSS are reported, because the benchmark machine may be shared. Imports
-(numpy, pandas, msgspec, the reader modules, pyarrow, HTA) happen before the timer starts.
+Each of ``--repeat`` rounds runs every method once, interleaved, so that a shared machine's
+load falls on all of them alike; the table gives medians with the range, of the wall time and
+of the process' CPU time (all its threads; on a loaded machine the steadier of the two).
+Imports (numpy, pandas, msgspec, the reader modules, pyarrow, HTA) happen before the timer.
 
 Memory columns: *peak RSS / file* is the process' ``ru_maxrss`` (interpreter and imports,
-about 140 MiB, included) over the file size; *growth / file* subtracts the RSS measured after
-the imports; *frame* is ``DataFrame.memory_usage(deep=True)`` of the result; *held* is the
-RSS growth with the result alive after the read (what the frame really occupies: values of
-all-missing columns that nothing wrote are not resident), and *excess* = peak RSS minus
-that: the transient memory of the read beyond its result, the "bounded buffer" of the
-target.
+about 140 MiB, included) over the file size; *frame* is ``DataFrame.memory_usage(deep=True)``
+of the result; *held* is the RSS growth with the result alive after the read, and *excess* =
+peak RSS minus that: the transient memory of the read beyond its result.
 
 Usage::
 
-    .venv/bin/python benchmarks/readers.py                 # 100 MB of each
-    .venv/bin/python benchmarks/readers.py --sizes-mb 100 1000
-    .venv/bin/python benchmarks/readers.py --big           # adds 1 GB files
+    .venv/bin/python benchmarks/readers.py                       # 100 MB of each, ours + floor
+    .venv/bin/python benchmarks/readers.py --methods ours floor json hta cached --repeat 3
+    .venv/bin/python benchmarks/readers.py --formats kineto_real2 horovod_real2
 
 Files go to ``--workdir`` (default ``$TMPDIR/scalescope-bench``) and are reused when they
-already have the requested size (``--regenerate`` to force).
+already have about the requested size (``--regenerate`` to force).
 """
 
 from __future__ import annotations
@@ -44,11 +55,16 @@ import json
 import os
 import platform
 import random
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -216,17 +232,163 @@ def generate_kineto(path: Path, target_bytes: int, *, seed: int = 0, rank: int =
 
 
 # --------------------------------------------------------------------------------------
+# real traces, scaled up
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+#: Real traces of each JSON format (``../shared/corpus``), scaled up by :func:`scale_real`.
+REAL = {
+    "kineto_real": "kineto/hta__negative_queue_length_rank0.json.gz",
+    "horovod_real": "horovod_timeline/tflogs-72f32f9__horovod_timeline.json",
+    "kineto_real2": "kineto/hta__nccl_data.json.gz",
+    "horovod_real2": "horovod_timeline/alcf__timeline_gpu_n1.json",
+}
+#: Numeric fields shifted per copy: the time, and the ids that link records (flows,
+#: correlations, external ids) so that no two copies share one.
+_SHIFTED = re.compile(rb'"(ts|External id|id|correlation|Ev Idx|Record function id)":\s*(-?\d+)')
+
+
+def _events_span(body: bytes) -> slice:
+    """The slice of ``body`` (a whole trace) holding its event records: from after the
+    event array's ``[`` to the end of its last record (no trailing comma)."""
+    key = body.find(b'"traceEvents"')
+    lo = body.index(b"[", key if key >= 0 else 0) + 1
+    if key >= 0:  # the array's end, found by decoding it (later keys may hold "]")
+        _, hi = json.JSONDecoder().raw_decode(body[lo - 1 :].decode())
+        hi = lo - 1 + len(body[lo - 1 :].decode()[:hi].encode()) - 1
+    else:
+        end = body.rstrip()
+        hi = len(end) - 1 if end.endswith(b"]") else len(end)  # unterminated: to the end
+    inner = body[lo:hi].rstrip().rstrip(b",").rstrip()
+    return slice(lo, lo + len(inner))
+
+
+def scale_real(src: Path, path: Path, target_bytes: int, *, rank: int | None = None) -> int:
+    """A real trace repeated up to about ``target_bytes``: every copy of its events shifted
+    after the last by the trace's span, with ``ts`` and the ids of :data:`_SHIFTED` moved
+    so that no two copies share one; the text (whitespace, key order, number formats,
+    head, tail and termination) is the original's; with ``rank``, a Kineto trace's
+    ``distributedInfo.rank`` says that rank. Returns bytes written."""
+    import gzip
+
+    raw = gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes()
+    span = _events_span(raw)
+    events = raw[span]
+    ts = [int(m.group(2)) for m in _SHIFTED.finditer(events) if m.group(1) == b"ts"]
+    ids = [int(m.group(2)) for m in _SHIFTED.finditer(events) if m.group(1) != b"ts"]
+    t_shift = (max(ts) - min(ts)) + 1000 if ts else 0  # a 1 ms gap between copies
+    id_shift = (max(ids) + 1) if ids else 0
+    copies = max(1, round((target_bytes - len(raw) + len(events)) / (len(events) + 2)))
+
+    def shifted(k: int) -> bytes:
+        if k == 0:
+            return events
+
+        def sub(m: re.Match) -> bytes:
+            by = t_shift * k if m.group(1) == b"ts" else id_shift * k
+            return b'"' + m.group(1) + b'": ' + str(int(m.group(2)) + by).encode()
+
+        return _SHIFTED.sub(sub, events)
+
+    head = raw[: span.start]
+    if rank is not None and b'"distributedInfo"' in head:
+        at = head.index(b'"distributedInfo"')
+        head = head[:at] + re.sub(rb'"rank":\s*\d+', b'"rank": %d' % rank, head[at:], count=1)
+    with open(path, "wb") as fh:
+        fh.write(head)
+        for k in range(copies):
+            if k:
+                fh.write(b",\n")
+            fh.write(shifted(k))
+        fh.write(raw[span.stop :])  # the original's end: closed, or unterminated
+        return fh.tell()
+
+
+# --------------------------------------------------------------------------------------
+# the floor: a typed msgspec decode into Structs holding the fields the readers use
+
+
+class KArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+    stream: Any = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    dtype: Any = None
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    nbytes: Any = msgspec.field(default=None, name="bytes")
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+
+
+class KEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: KArgs | None = None
+
+
+class KTrace(msgspec.Struct, gc=False):
+    traceEvents: list[KEvent] = []  # the format's key; msgspec copies a default list
+
+
+class HArgs(msgspec.Struct, gc=False):
+    name: str | None = None
+    start_time_since_epoch_in_micros: int | None = None
+    dtype: str | None = None
+    shape: str | None = None
+
+
+class HEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str | None = None
+    ts: float = float("nan")
+    dur: float | None = None
+    pid: int = -1
+    args: HArgs | None = None
+
+
+def typed_decoder(fmt: str) -> msgspec.json.Decoder:
+    """A msgspec decoder into typed Structs holding the fields the reader uses (the
+    reader's own Struct layout), for the decode floor: Python objects, no frame."""
+    return msgspec.json.Decoder(KTrace if fmt.startswith("kineto") else list[HEvent])
+
+
+def floor_decode(path: str | Path, fmt: str) -> int:
+    """The floor: ``path`` read into one buffer and decoded whole by :func:`typed_decoder`;
+    returns the number of records. An unterminated array (Horovod <= 0.20) is closed in
+    place (its trailing comma overwritten with ``]``), so no copy of the text is made."""
+    size = os.path.getsize(path)
+    buf = bytearray(size + 1)
+    with open(path, "rb") as fh:
+        fh.readinto(memoryview(buf)[:size])
+    end = size
+    while end and buf[end - 1] in b" \t\r\n":
+        end -= 1
+    if buf[end - 1 : end] == b",":  # unterminated: "...}," -> "...}]"
+        buf[end - 1] = 0x5D
+    elif not fmt.startswith("kineto") and buf[end - 1 : end] == b"}":
+        buf[end] = 0x5D
+        end += 1
+    # a view, not a copy (the records' msgspec.Raw fields keep it alive)
+    obj = typed_decoder(fmt).decode(memoryview(buf)[:end])
+    return len(obj.traceEvents) if hasattr(obj, "traceEvents") else len(obj)
+
+
+# --------------------------------------------------------------------------------------
 # methods (each runs in a fresh interpreter)
 
 _CHILD = r"""
 import json, os, resource, sys, time, warnings
 warnings.simplefilter("ignore")
 method, fmt, path = sys.argv[1], sys.argv[2], sys.argv[3]
+kind = fmt.split("_")[0]
 import numpy, pandas, msgspec  # imports are not part of the timing
-if method == "ours":
+if method in ("ours", "base"):
     import analysis.readers
     from analysis.readers import horovod, kineto
-    reader = horovod if fmt == "horovod" else kineto
+    reader = horovod if kind == "horovod" else kineto
 elif method == "hta":
     import logging
     logging.disable(logging.WARNING)
@@ -236,20 +398,35 @@ elif method == "cached":
     import analysis
     import pyarrow.parquet  # noqa: F401  (pandas imports it lazily on the first read)
     analysis.formats()  # the registry imports every reader module lazily: not timed either
-def rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+elif method == "floor":
+    sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
+    from readers import floor_decode
 def current_mib():
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-base = rss_mib()
+def hwm_mib():
+    with open("/proc/self/status") as fh:
+        return int(fh.read().split("VmHWM:")[1].split()[0]) / 1024
+try:  # the imports' own peak (about 200 MiB, above what they keep) must not hide the read's
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    rss_mib = hwm_mib
+except OSError:
+    def rss_mib():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+base = current_mib()
 t = time.perf_counter()
+c = time.process_time()
 extra = {}
-if method == "ours":
+if method in ("ours", "base"):
     df = reader.read(path)
     rows = len(df)
 elif method == "json":
     with open(path, "rb") as fh:
-        obj = json.load(fh)
+        text = fh.read().rstrip()
+    if not text.endswith((b"]", b"}")):  # unterminated (Horovod <= 0.20)
+        text = text.rstrip(b",") + b"]"
+    obj = json.loads(text)
     events = obj["traceEvents"] if isinstance(obj, dict) else obj
     df = pandas.DataFrame(events)
     rows = len(df)
@@ -257,21 +434,22 @@ elif method == "hta":
     meta, df, sym = parse_trace_dataframe(path, ParserConfig.get_default_cfg())
     rows = len(df)
 elif method == "floor":
+    rows = floor_decode(path, fmt)
+elif method == "untyped":
     with open(path, "rb") as fh:
         obj = msgspec.json.decode(fh.read())
     rows = len(obj["traceEvents"] if isinstance(obj, dict) else obj)
 elif method == "cached":  # run twice on one cache dir: first writes, second re-loads
-    df = analysis.read(path, format=fmt, cache=True)
+    df = analysis.read(path, format=kind, cache=True)
     rows = len(df)
-elif method == "baseline":
-    rows = 0
 elapsed = time.perf_counter() - t
-if method in ("ours", "cached"):
+cpu = time.process_time() - c
+if method in ("ours", "base", "cached"):
     extra["frame_mib"] = float(df.memory_usage(deep=True).sum()) / 2**20
     import analysis.readers._assembly as _assembly
     _assembly.release_freed_memory()  # what the heap still holds of freed temporaries
     extra["after_mib"] = current_mib()  # resident with the frame alive
-print(json.dumps({"s": elapsed, "rows": rows, "peak_mib": rss_mib(), "base_mib": base, **extra}))
+print(json.dumps({"s": elapsed, "cpu": cpu, "rows": rows, "peak_mib": rss_mib(), "base_mib": base, **extra}))
 """
 
 
@@ -282,8 +460,13 @@ def _loadavg() -> str:
         return "n/a"
 
 
+#: The checkout whose readers the method ``base`` runs (``--baseline``).
+BASELINE: list[Path] = []
+
+
 def run_method(method: str, fmt: str, path: Path, *, cache_dir: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), SCALESCOPE_CACHE=str(cache_dir),
+    tree = BASELINE[0] if method == "base" and BASELINE else ROOT
+    env = dict(os.environ, PYTHONPATH=str(tree), SCALESCOPE_CACHE=str(cache_dir),
                SCALESCOPE_PROGRESS="0")
     proc = subprocess.run([sys.executable, "-c", _CHILD, method, fmt, str(path)],
                           capture_output=True, text=True, env=env, cwd=ROOT)
@@ -292,112 +475,131 @@ def run_method(method: str, fmt: str, path: Path, *, cache_dir: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _file(workdir: Path, fmt: str, size_mb: float, regenerate: bool) -> Path:
+    """The benchmark file of ``fmt`` (generated, or a real trace scaled up) of about
+    ``size_mb``, made when missing or of another size."""
+    suffix = ".pt.trace.json" if fmt.startswith("kineto") else ".json"
+    path = workdir / f"{fmt}_{int(size_mb)}mb{suffix}"
+    target = int(size_mb * 1e6)
+    if regenerate or not path.exists() or abs(path.stat().st_size - target) > 0.1 * target:
+        t = time.perf_counter()
+        if fmt in REAL:
+            scale_real(CORPUS / REAL[fmt], path, target)
+        else:
+            (generate_horovod if fmt == "horovod" else generate_kineto)(path, target)
+        print(f"# made {path} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s",
+              flush=True)
+    return path
+
+
+def _rounds(method: str, fmt: str, path: Path) -> dict:
+    """One run of ``method`` (for the cache: a first load, then two re-loads)."""
+    with tempfile.TemporaryDirectory() as cache:
+        r1 = run_method(method, fmt, path, cache_dir=Path(cache))
+        if method != "cached" or "error" in r1:
+            return r1
+        runs = [run_method(method, fmt, path, cache_dir=Path(cache)) for _ in range(2)]
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            return runs[0]
+        best = dict(min(ok, key=lambda x: x["s"]))
+        best["first_s"], best["first_cpu"] = r1["s"], r1["cpu"]
+        return best
+
+
+def _summary(runs: list[dict]) -> dict:
+    """Median, fastest and slowest time (wall and CPU) and the largest peak RSS."""
+    ok = [x for x in runs if "error" not in x]
+    if not ok:
+        return runs[0]
+    r = dict(ok[0])
+    for key in ("s", "cpu"):
+        v = sorted(x[key] for x in ok)
+        r[key], r[key + "_min"], r[key + "_max"] = statistics.median(v), v[0], v[-1]
+    r["peak_mib"] = max(x["peak_mib"] for x in ok)
+    if all("after_mib" in x for x in ok):
+        r["excess_mib"] = max(x["peak_mib"] - x["after_mib"] for x in ok)
+    if "first_s" in r:
+        r["first_s"] = statistics.median(x["first_s"] for x in ok)
+    return r
+
+
+_LABEL = {"ours": "ours (tidy frame)", "base": "ours, --baseline checkout", "json": "json + pandas.DataFrame",
+          "hta": "HTA parse_trace_dataframe", "floor": "typed msgspec decode (floor)",
+          "untyped": "msgspec.json.decode, untyped", "cached": "analysis.read, cached re-load"}
+
+
+def _table(rows: list) -> None:
+    print("| file | method | wall s, median (min-max) | CPU s, median (min-max) | MB/s (CPU) | rows | "
+          "peak RSS (MiB) | peak RSS / file | frame (MiB) | held (MiB) | excess (MiB) | "
+          "vs floor (CPU) | vs floor (wall) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for fmt, size, results in rows:
+        floor = results.get("floor", {})
+        for method, r in results.items():
+            name = f"{fmt} {size / 1e6:.0f} MB"
+            if "error" in r:
+                print(f"| {name} | {method} | error: {r['error'][:60]} |" + " |" * 11)
+                continue
+            vs_cpu = f"{floor['cpu'] / r['cpu']:.2f}x" if "cpu" in floor and method != "floor" else ""
+            vs_wall = f"{floor['s'] / r['s']:.2f}x" if "s" in floor and method != "floor" else ""
+            frame = f"{r['frame_mib']:.0f}" if "frame_mib" in r else ""
+            held = f"{r['after_mib'] - r['base_mib']:.0f}" if "after_mib" in r else ""
+            excess = f"{r['excess_mib']:.0f}" if "excess_mib" in r else ""
+            print(f"| {name} | {_LABEL[method]} | {r['s']:.2f} ({r['s_min']:.2f}-{r['s_max']:.2f}) | "
+                  f"{r['cpu']:.2f} ({r['cpu_min']:.2f}-{r['cpu_max']:.2f}) | {size / 1e6 / r['cpu']:.0f} | "
+                  f"{r['rows']:,} | {r['peak_mib']:.0f} (+{r['peak_mib'] - r['base_mib']:.0f}) | "
+                  f"{r['peak_mib'] * 2**20 / size:.2f} | {frame} | {held} | {excess} | {vs_cpu} | {vs_wall} |")
+            if method == "cached":
+                print(f"| {name} | analysis.read, first load (writes cache) | {r['first_s']:.2f} | | | | | | | | | | |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes-mb", type=float, nargs="+", default=[100.0])
-    ap.add_argument("--big", action="store_true", help="also run 1 GB files (slow: minutes)")
-    ap.add_argument("--formats", nargs="+", default=["horovod", "kineto"])
-    ap.add_argument("--methods", nargs="+",
-                    default=["ours", "json", "hta", "floor", "cached"])
+    ap.add_argument("--formats", nargs="+", default=["kineto_real", "horovod_real", "kineto", "horovod"],
+                    help="generated (kineto, horovod) and real traces scaled up: " + ", ".join(REAL))
+    ap.add_argument("--methods", nargs="+", default=["ours", "floor"],
+                    help="ours, floor, untyped, json, hta, cached, base (with --baseline)")
+    ap.add_argument("--baseline", type=Path,
+                    help="another checkout (e.g. a `git worktree` of the commit before a change): "
+                         "the method 'base' runs its readers, interleaved with this one's")
     ap.add_argument("--workdir", type=Path,
                     default=Path(tempfile.gettempdir()) / "scalescope-bench")
     ap.add_argument("--regenerate", action="store_true")
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="fresh-process runs per method; the fastest time and the largest "
-                         "peak RSS are reported (the machine may be shared)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="rounds; in each, every method runs once in a fresh process (interleaved), "
+                         "and the medians are reported (the machine may be shared)")
     args = ap.parse_args(argv)
-    sizes = list(args.sizes_mb) + ([1000.0] if args.big and 1000.0 not in args.sizes_mb else [])
     args.workdir.mkdir(parents=True, exist_ok=True)
-
+    if args.baseline:
+        BASELINE[:] = [args.baseline.resolve()]
+        if "base" not in args.methods:
+            args.methods.insert(0, "base")
     print(f"# machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, {platform.platform()}")
     print(f"# load average at start: {_loadavg()}", flush=True)
     rows = []
-    for size_mb in sizes:
+    for size_mb in args.sizes_mb:
         for fmt in args.formats:
-            path = args.workdir / f"{fmt}_{int(size_mb)}mb{'.pt.trace' if fmt == 'kineto' else ''}.json"
-            target = int(size_mb * 1e6)
-            if args.regenerate or not path.exists() or abs(path.stat().st_size - target) > 0.05 * target:
-                t = time.perf_counter()
-                gen = generate_horovod if fmt == "horovod" else generate_kineto
-                gen(path, target)
-                print(f"# generated {path} ({path.stat().st_size / 1e6:.0f} MB) in "
-                      f"{time.perf_counter() - t:.1f} s", flush=True)
-            size = path.stat().st_size
-            results = {}
-            for method in args.methods:
-                if method == "hta" and fmt != "kineto":
-                    continue
-                runs = []
-                for _ in range(max(1, args.repeat)):
-                    with tempfile.TemporaryDirectory() as cache:
-                        r1 = run_method(method, fmt, path, cache_dir=Path(cache))
-                        if method == "cached" and "error" not in r1:
-                            # fresh processes re-load what the first one cached: one right
-                            # after the write, one more (each is reported as a run)
-                            for _ in range(2):
-                                r2 = run_method(method, fmt, path, cache_dir=Path(cache))
-                                if "error" not in r2:
-                                    r2["first_s"] = r1["s"]
-                                runs.append(r2)
-                            continue
-                        runs.append(r1)
-                ok = [x for x in runs if "error" not in x]
-                if not ok:
-                    r = runs[0]
-                else:
-                    r = dict(min(ok, key=lambda x: x["s"]))
-                    r["worst_s"] = max(x["s"] for x in ok)
-                    r["peak_mib"] = max(x["peak_mib"] for x in ok)
-                    if all("after_mib" in x for x in ok):
-                        r["excess_mib"] = max(x["peak_mib"] - x["after_mib"] for x in ok)
-                    if "first_s" in r:
-                        r["first_s"] = min(x["first_s"] for x in ok)
-                        r["first_worst_s"] = max(x["first_s"] for x in ok)
-                results[method] = r
-                print(f"#   {fmt} {size / 1e6:.0f} MB {method}: {r}", flush=True)
-            rows.append((fmt, size, results))
-
+            path = _file(args.workdir, fmt, size_mb, args.regenerate)
+            methods = [m for m in args.methods if not (m == "hta" and not fmt.startswith("kineto"))]
+            runs: dict[str, list] = {m: [] for m in methods}
+            for _ in range(max(1, args.repeat)):
+                for method in methods:
+                    runs[method].append(_rounds(method, fmt, path))
+            results = {m: _summary(v) for m, v in runs.items()}
+            for m, r in results.items():
+                print(f"#   {fmt} {m}: {r}", flush=True)
+            rows.append((fmt, path.stat().st_size, results))
     print(f"# load average at end: {_loadavg()}")
     print()
-    print("peak RSS / file = peak RSS of the process (interpreter and imports included) / file "
-          "size;\ngrowth / file = (peak RSS - RSS after imports) / file size; frame = "
-          "DataFrame.memory_usage(deep=True) of the result; held = RSS growth with the frame "
-          "alive after the read\n(what the frame really occupies: never-written all-missing "
-          "columns are not resident); excess = peak RSS - that RSS,\nthe largest over the "
-          "runs: the transient memory of the read beyond its result.\n")
-    print("| file | method | time (s) | MB/s | rows | peak RSS (MiB) | peak RSS / file | "
-          "growth / file | frame (MiB) | held (MiB) | excess (MiB) | vs floor | vs HTA |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for fmt, size, results in rows:
-        floor = results.get("floor", {}).get("s")
-        hta = results.get("hta", {}).get("s")
-        for method, r in results.items():
-            if "error" in r:
-                print(f"| {fmt} {size / 1e6:.0f} MB | {method} | error: {r['error'][:60]} "
-                      "| | | | | | | | | | |")
-                continue
-            mbps = size / 1e6 / r["s"]
-            label = {"ours": "ours (tidy frame)", "json": "json + pandas.DataFrame",
-                     "hta": "HTA parse_trace_dataframe", "floor": "msgspec.json.decode (floor)",
-                     "cached": "analysis.read, cached re-load"}[method]
-            vs_floor = f"{floor / r['s']:.2f}x" if floor and method != "floor" else ""
-            vs_hta = f"{hta / r['s']:.1f}x" if hta and method not in ("hta",) else ""
-            rss = f"{r['peak_mib']:.0f} (+{r['peak_mib'] - r['base_mib']:.0f})"
-            total = f"{r['peak_mib'] * 2**20 / size:.2f}"
-            growth = f"{(r['peak_mib'] - r['base_mib']) * 2**20 / size:.2f}"
-            frame = f"{r['frame_mib']:.0f}" if "frame_mib" in r else ""
-            held = f"{r['after_mib'] - r['base_mib']:.0f}" if "after_mib" in r else ""
-            excess = f"{r['excess_mib']:.0f}" if "excess_mib" in r else ""
-            spread = f" ({r['worst_s']:.2f})" if r.get("worst_s", r["s"]) > r["s"] else ""
-            print(f"| {fmt} {size / 1e6:.0f} MB | {label} | {r['s']:.2f}{spread} | {mbps:.0f} | "
-                  f"{r['rows']:,} | {rss} | {total} | {growth} | {frame} | {held} | {excess} | "
-                  f"{vs_floor} | {vs_hta} |")
-            if method == "cached":
-                print(f"| {fmt} {size / 1e6:.0f} MB | analysis.read, first load (writes cache) | "
-                      f"{r['first_s']:.2f} ({r.get('first_worst_s', r['first_s']):.2f}) | "
-                      f"{size / 1e6 / r['first_s']:.0f} | | | | | | | | | "
-                      f"re-load {r['first_s'] / r['s']:.1f}x faster |")
+    print("Medians over the rounds (each method once per round, in a fresh process); CPU = the "
+          "process' CPU time (all its threads), wall = elapsed.\npeak RSS = ru_maxrss (interpreter "
+          "and imports included; in brackets, the growth over the RSS after the imports); held = "
+          "RSS growth with the frame alive;\nexcess = peak RSS - that RSS (the transient memory "
+          "of the read).\n")
+    _table(rows)
     return 0
 
 

@@ -44,14 +44,11 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
-
-import msgspec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from readers import generate_horovod, generate_kineto  # noqa: E402
+from readers import generate_horovod, generate_kineto, typed_decoder  # noqa: E402, F401
 
 # --------------------------------------------------------------------------------------
 # one method, in a fresh interpreter
@@ -95,7 +92,7 @@ elif method == "one":
     extra["rows"] = len(df)
 elif method == "floor":
     sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
-    from scale import typed_decoder
+    from readers import typed_decoder
     decoder = typed_decoder(files["format"])
     with open(kineto[0], "rb") as fh:
         obj = decoder.decode(fh.read())
@@ -111,54 +108,6 @@ if method == "dask":
     client.close(); cluster.close()
 print(json.dumps({"s": elapsed, "peak_mib": peak_mib(), "base_mib": base, **extra}))
 """
-
-
-class KArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    stream: Any = None
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    dtype: Any = None
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    nbytes: Any = msgspec.field(default=None, name="bytes")
-    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
-
-
-class KEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: int | float | None = None
-    dur: int | float | None = None
-    args: KArgs | None = None
-
-
-class KTrace(msgspec.Struct, gc=False):
-    traceEvents: list[KEvent] = []  # the format's key; msgspec copies a default list
-
-
-class HArgs(msgspec.Struct, gc=False):
-    name: str | None = None
-    start_time_since_epoch_in_micros: int | None = None
-    dtype: str | None = None
-    shape: str | None = None
-
-
-class HEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    name: str | None = None
-    ts: float = float("nan")
-    dur: float | None = None
-    pid: int = -1
-    args: HArgs | None = None
-
-
-def typed_decoder(fmt: str) -> msgspec.json.Decoder:
-    """A msgspec decoder into typed Structs holding the fields the reader uses (the
-    reader's own Struct layout), for the decode floor: Python objects, no frame."""
-    return msgspec.json.Decoder(KTrace if fmt == "kineto" else list[HEvent])
 
 
 def run_method(method: str, workers: int, files: dict, *, cache_dir: Path) -> dict:

@@ -51,8 +51,11 @@ BLOCK_BYTES = 1 << 20
 _WS = b" \t\r\n"
 # Record separators for the record-by-record fallback: "}" [ws] "," [ws] before "{".
 _SEP = re.compile(rb"\}\s*,\s*(?=\{)")
-# The end of an event array: a record's closing brace, then "]".
-_ARRAY_END = re.compile(rb"\}\s*\]")
+# The end of an event array: a record's closing brace, then "]" (after a trailing comma, which
+# is not JSON, when a writer leaves one).
+_ARRAY_END = re.compile(rb"\}\s*(,\s*)?\]")
+_TRAILING_COMMA = ("a trailing comma after the last record, before the ']' that closes the event array "
+                   "(not valid JSON), was ignored")
 @dataclass
 class Damage:
     """What was lost or repaired while reading one file."""
@@ -378,7 +381,9 @@ def _dropping_none(on_records: Callable[[list, Any], None], damage: Damage,
     are dropped and counted in ``damage``."""
 
     def on_chunk(recs: list, body: Any) -> None:
-        n_bad = recs.count(None)
+        # only a record-by-record conversion (:func:`lenient`) gives None: a chunk the typed
+        # decoder took whole is not scanned (comparing each record with None is not free)
+        n_bad = recs.count(None) if type(recs) is not list else 0
         if n_bad:
             damage.bad_records += n_bad
             recs = [r for r in recs if r is not None]
@@ -506,19 +511,38 @@ def _without_zero_fill(rest: bytes, damage: Damage) -> bytes:
     return padded
 
 
-def _after_the_end(rest: bytes, cands: list[int], container: str, header: bytes, decoder: ChunkDecoder,
-                   ) -> tuple[list, dict | None, bytes, int] | None:
-    """``(records, metadata, junk, where the array closes)`` when ``rest`` holds the end of
+def _closings(rest: bytes, end: int) -> tuple[list[int], dict[int, int]]:
+    """Where the event array may close in ``rest[:end]``: the candidate ``]`` positions, and
+    for those after a trailing comma, where the records end (just after the last ``}``)."""
+    cands, comma = [], {}
+    for m in _ARRAY_END.finditer(rest, 0, end):
+        cands.append(m.end() - 1)
+        if m.group(1):
+            comma[m.end() - 1] = m.start() + 1
+    lead = _skip_ws(rest, 0)
+    if lead < end and rest[lead] == 0x5D:
+        cands.insert(0, lead)
+    if not cands:  # an array of values that are not records, e.g. [1, 2]: closed all the same
+        close = rest.find(b"]", 0, end)
+        if close > 0 and b"{" not in rest[:close] and _plain_values(rest[:close]) is not None:
+            cands.append(close)
+    return cands[-64:], comma
+
+
+def _after_the_end(rest: bytes, cands: list[int], comma: dict[int, int], container: str, header: bytes,
+                   decoder: ChunkDecoder) -> tuple[list, dict | None, bytes, int] | None:
+    """``(records, metadata, junk, where the records end)`` when ``rest`` holds the end of
     a closed event array (and, for an object, its closing keys) whose records all decode,
     followed by junk; None otherwise. The latest such end is taken."""
     for p in reversed(cands):
+        body = rest[: comma.get(p, p)]
         try:
-            recs = decoder._decode_array(rest[:p]) if rest[:p].strip(_WS) else []
+            recs = decoder._decode_array(body) if body.strip(_WS) else []
         except msgspec.DecodeError:
             continue
         trailer = rest[p + 1:]
         if container == "array":
-            return recs, None, trailer.strip(_WS), p
+            return recs, None, trailer.strip(_WS), len(body)
         close = -1
         for _ in range(64):  # the object's closing brace: the first "}" after which it decodes
             close = trailer.find(b"}", close + 1)
@@ -530,7 +554,7 @@ def _after_the_end(rest: bytes, cands: list[int], container: str, header: bytes,
                 continue
             meta = meta if isinstance(meta, dict) else {}
             meta.pop("traceEvents", None)
-            return recs, meta, trailer[close + 1:].strip(_WS), p
+            return recs, meta, trailer[close + 1:].strip(_WS), len(body)
     return None
 
 
@@ -542,16 +566,9 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
     end = len(rest.rstrip(_WS))
     # 1. a properly closed array: "]" right after a record's "}" (or an empty array);
     # try the candidates from the end (keys after the array may hold "]" in strings)
-    cands = [m.end() - 1 for m in _ARRAY_END.finditer(rest, 0, end)]
-    lead = _skip_ws(rest, 0)
-    if lead < end and rest[lead] == 0x5D:
-        cands.insert(0, lead)
-    if not cands:  # an array of values that are not records, e.g. [1, 2]: closed all the same
-        close = rest.find(b"]", 0, end)
-        if close > 0 and b"{" not in rest[:close] and _plain_values(rest[:close]) is not None:
-            cands.append(close)
-    for p in reversed(cands[-64:]):
-        body = rest[:p]
+    cands, comma = _closings(rest, end)
+    for p in reversed(cands):
+        body = rest[: comma.get(p, p)]
         trailer = rest[p + 1 : end]
         meta = None
         if container == "array":
@@ -574,14 +591,18 @@ def _finish(buf: bytes, pos: int, container: str, header: bytes, decoder: ChunkD
             recs, _ = decoder.tolerant(body, final=True)
         if recs:
             on_chunk(recs, body)
+        if p in comma:
+            damage.notes.append(_TRAILING_COMMA)
         return meta
     # 2. a closed array whose records all decode, followed by bytes that are not the end of
     # the file's JSON (junk appended after the end): the trace is whole; the junk is named
-    junk = _after_the_end(rest[:end], cands[-64:], container, header, decoder)
+    junk = _after_the_end(rest[:end], cands, comma, container, header, decoder)
     if junk is not None:
         recs, meta, tail, at = junk
         if recs:
             on_chunk(recs, rest[:at])
+        if at in comma.values():
+            damage.notes.append(_TRAILING_COMMA)
         damage.notes.append(f"{len(tail):,} byte(s) after the end of the trace ({_io.describe_bytes(tail)}) "
                             "were ignored")
         return meta
@@ -647,9 +668,14 @@ def lenient(decoder: msgspec.json.Decoder, record: type, *, drop: tuple[str, ...
             raw = msgspec.json.decode(data)
             if not isinstance(raw, list):
                 raise
-            return [convert(r) for r in raw]
+            return Converted(convert(r) for r in raw)
 
     return decode
+
+
+class Converted(list):
+    """Records converted one by one (:func:`lenient`): some may be None. A plain ``list``
+    from the typed decoder never holds None."""
 
 
 class _ExactTimes(msgspec.Struct, gc=False):
@@ -661,15 +687,18 @@ class _ExactTimes(msgspec.Struct, gc=False):
 _EXACT_DECODER = msgspec.json.Decoder(list[_ExactTimes], float_hook=str)
 
 
-def _needs_text(keep: list, values: np.ndarray, attr: str) -> bool:
+def _needs_text(raw: list, values: np.ndarray) -> bool:
     """Whether a float value at or above 2**43 µs (where float64 spacing exceeds 0.5 ns) is
-    present: its ns must be read from the text."""
+    present (``raw``: the decoded values, ``values`` the same as float64): its ns must be
+    read from the text."""
+    if float not in set(map(type, raw)):  # integer µs (old Kineto): exact at any size
+        return False
     big = np.flatnonzero(np.abs(np.nan_to_num(values)) >= EXACT_LIMIT_US)
-    return any(type(getattr(keep[i], attr)) is float for i in big.tolist())
+    return any(type(raw[i]) is float for i in big.tolist())
 
 
 def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
-                ) -> tuple[list, np.ndarray, np.ndarray]:
+                complete: np.ndarray | None = None) -> tuple[list, np.ndarray, np.ndarray]:
     """``(records, ts_ns, dur_ns)``: the records of a chunk that have a ``ts``, and their
     ``ts`` and ``dur`` (0 when absent) in exact int64 ns.
 
@@ -677,10 +706,13 @@ def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
     phase is in ``phases``, ``body`` the chunk's text. Values are converted with
     :func:`us_to_ns`; when a float at or above 2**43 µs is present, the chunk is decoded
     again with its numbers kept as text (:func:`text_us_to_ns`). Records without a ``ts``
-    are dropped; both are noted in ``damage``.
+    are dropped; both are noted in ``damage``. ``complete``: which records are complete
+    events (ph ``X``), when the caller knows already.
     """
-    ts = np.array([e.ts for e in keep], dtype=np.float64)
-    dur = np.array([e.dur for e in keep], dtype=np.float64)
+    ts_raw = [e.ts for e in keep]
+    dur_raw = [e.dur for e in keep]
+    ts = np.array(ts_raw, dtype=np.float64)
+    dur = np.array(dur_raw, dtype=np.float64)
     far = ~in_range(ts) | ~in_range(dur)
     if far.any():
         damage.notes.append(f"{int(far.sum())} event(s) with a ts or dur beyond ±2**62 ns (about 146 years) "
@@ -688,14 +720,15 @@ def event_times(keep: list, body: bytes, phases: frozenset[str], damage: Damage,
         ts[far] = np.nan
     ts_ok = ~np.isnan(ts)
     dur = np.where(ts_ok, dur, 0.0)
-    no_dur = np.isnan(dur) & np.array([e.ph == "X" for e in keep], dtype=bool)
+    no_dur = np.isnan(dur)
+    if no_dur.any():
+        no_dur &= complete if complete is not None else np.array([e.ph == "X" for e in keep], dtype=bool)
     if no_dur.any():
         damage.notes.append(f"{int(no_dur.sum())} complete event(s) (ph X) without a dur (absent or null) were "
                             "kept with dur 0")
     ts_ns, bad_ts = us_to_ns(np.where(ts_ok, ts, 0.0))
     dur_ns, bad_dur = us_to_ns(np.where(np.isnan(dur), 0.0, dur))
-    if (bad_ts.any() or bad_dur.any() or _needs_text(keep, ts, "ts")
-            or _needs_text(keep, dur, "dur")):
+    if bad_ts.any() or bad_dur.any() or _needs_text(ts_raw, ts) or _needs_text(dur_raw, dur):
         try:
             exact = [e for e in _EXACT_DECODER.decode(b"[" + body + b"]") if e.ph in phases]
         except (msgspec.DecodeError, UnicodeDecodeError):

@@ -278,11 +278,14 @@ def _enclosing(tick_rec: np.ndarray, tick_pid: np.ndarray, cand_b: np.ndarray,
     out = np.full(tick_rec.size, -1, dtype=np.int64)
     if tick_rec.size == 0 or cand_b.size == 0:
         return out
-    # one sortable key per (pid, record): pids made dense so the product cannot overflow
-    _, dense = np.unique(np.concatenate([cand_pid, tick_pid]), return_inverse=True)
+    # one sortable key per (pid, record): pid * big + record, the pids made dense first
+    # when the product could overflow (timeline pids are small: it cannot, nearly always)
     big = np.int64(max(int(cand_b.max()), int(tick_rec.max())) + 1)
-    key = dense[: cand_b.size].astype(np.int64) * big + cand_b
-    q = dense[cand_b.size :].astype(np.int64) * big + tick_rec
+    pids = np.concatenate([cand_pid, tick_pid]).astype(np.int64)
+    if pids.min() < 0 or int(pids.max()) >= (2**62) // int(big):
+        _, pids = np.unique(pids, return_inverse=True)
+    key = pids[: cand_b.size] * big + cand_b
+    q = pids[cand_b.size :] * big + tick_rec
     o = np.argsort(key)
     key, se = key[o], cand_e[o]
     j = np.searchsorted(key, q) - 1
@@ -517,9 +520,9 @@ class _Stream:
         shape give a payload.
         """
         args = [e.args for e in recs]
-        if args.count(None) == len(args):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         idx = np.fromiter(compress(range(len(args)), args), np.int64)  # the records with args
+        if not idx.size:
+            return idx, np.zeros(0, dtype=np.int64)
         is_m = ph[idx] == _PH_M
         for i in idx[is_m].tolist():
             e = recs[i]

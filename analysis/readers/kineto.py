@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,9 @@ _KEEP = frozenset({"X", "i", "I"})
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 #: Phases that are metadata or links rather than events: skipped, not data loss.
 _NOT_EVENTS = frozenset({"M", "s", "t", "f", "C", "P", "O", "N", "D", "R"})
+_KEEP_CODES = np.array([ord(c) for c in sorted(_KEEP)], dtype=np.uint8)
+_NOT_EVENT_CODES = np.array([ord(c) for c in sorted(_NOT_EVENTS)], dtype=np.uint8)
+_PH_X = ord("X")
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
@@ -197,41 +202,61 @@ class _State:
         self.negative = 0
 
     def add(self, recs: list, body: bytes) -> None:
-        keep = [e for e in recs if e.ph in _KEEP]
-        if len(keep) != len(recs):
-            for e in recs:
-                if e.ph not in _KEEP and e.ph not in _NOT_EVENTS:
-                    self.skipped_unknown[e.ph] = self.skipped_unknown.get(e.ph, 0) + 1
-        keep, ts_ns, dur_ns = _chrome.event_times(keep, body, _KEEP, self.damage)
+        ph, _ = _chrome.phase_codes(recs)
+        kept = np.isin(ph, _KEEP_CODES)
+        if not kept.all():
+            self._skipped(recs, ph, kept)
+            keep = list(compress(recs, kept.tolist()))
+            ph = ph[kept]
+        else:
+            keep = recs
+        keep, ts_ns, dur_ns = _chrome.event_times(keep, body, _KEEP, self.damage,
+                                                  complete=ph == _PH_X)
         if not keep:
             return
         base = self.rows.n
-        names = [e.name if isinstance(e.name, str) else
-                 (None if e.name is None else str(e.name)) for e in keep]
+        names = [e.name for e in keep]
+        types = set(map(type, names))
+        if not types <= {str}:  # None stays missing; another value is named by its text
+            if type(None) in types:
+                self.unnamed += names.count(None)
+            names = [x if type(x) is str or x is None else str(x) for x in names]
         nm = self.name.encode(names)
         ct = self.cat.encode([e.cat for e in keep])
-        self.unnamed += names.count(None)
-        inst = np.array([e.ph != "X" for e in keep], dtype=bool)
+        inst = (ph != _PH_X if len(keep) == ph.size else  # else: some had no ts
+                np.array([e.ph != "X" for e in keep], dtype=bool))
         self.negative += int((dur_ns < 0).sum())
         dur_ns = np.where(inst, 0, np.maximum(dur_ns, 0))  # instants last 0
         args = [e.args for e in keep]
-        coll = self._sparse(keep, args, base)
+        coll = self._sparse(args, nm, base)
         ids = self._ids(keep, args, base)
         self.rows.add(start=ts_ns, dur=dur_ns, kind=self._kind(nm, ct, inst, coll), name=nm,
                       cat=ct, **ids)
+
+    def _skipped(self, recs: list, ph: np.ndarray, kept: np.ndarray) -> None:
+        """Count the records of phases that are neither events nor known metadata/links."""
+        odd = ~kept & ~np.isin(ph, _NOT_EVENT_CODES)
+        for i in np.flatnonzero(odd).tolist():
+            e = recs[i].ph
+            if e not in _NOT_EVENTS:
+                self.skipped_unknown[e] = self.skipped_unknown.get(e, 0) + 1
 
     def _ids(self, keep: list, args: list, base: int) -> dict[str, np.ndarray]:
         """pid, tid, correlation and stream columns with their missing-masks; a text tid
         ``stream N`` is kept as a sparse ``track`` id (used on GPU rows without a stream)."""
         out = {}
         tids = [e.tid for e in keep]
+        streams = [a.stream for a in args]
+        if str in set(map(type, streams)):
+            streams = [_hex_id(x) for x in streams]
         for col, values in (("pid", [e.pid for e in keep]), ("tid", tids),
-                            ("corr", [a.correlation for a in args]),
-                            ("stream", [_hex_id(a.stream) for a in args])):
-            out[col], out[col + "_na"] = numbers.int_column(values)
+                            ("corr", [a.correlation for a in args]), ("stream", streams)):
+            out[col], out[col + "_na"] = na = numbers.int_column(values)
             if col in ("corr", "stream"):  # present but not an id: left empty, and said
-                given = np.fromiter((v is not None for v in values), bool, count=len(values))
-                bad = given & (out[col + "_na"] | (out[col] < 0))
+                bad = out[col] < 0
+                missing = np.flatnonzero(na[1])
+                if missing.size:  # missing: absent (None), or present but not an int
+                    bad[missing] = [values[i] is not None for i in missing.tolist()]
                 if bad.any():
                     self.damage.bad_ids += int(bad.sum())
                     out[col + "_na"] = out[col + "_na"] | bad
@@ -242,24 +267,17 @@ class _State:
             self.rows.add_sparse("track", track_rows, track_ids)
         return out
 
-    def _sparse(self, keep: list, args: list, base: int) -> np.ndarray:
+    def _sparse(self, args: list, nm: np.ndarray, base: int) -> np.ndarray:
         """Stores the chunk's byte counts (sparse: record_shapes sizes first, then explicit
-        counts, so that those win); returns the chunk positions of collective records."""
-        counted: list[tuple[int, Any]] = []  # (chunk position, bytes)
-        shaped: list[tuple[int, Any]] = []
-        coll: list[int] = []
-        for i, a in enumerate(args):
-            if a is _NO_ARGS:
-                continue
-            if type(a.nbytes) is int:
-                counted.append((i, a.nbytes))
-            if a.collective is not None:
-                coll.append(i)
-            if a.in_nelems is not None:
-                counted.append((i, _collective_bytes(a.in_nelems, a.dtype)))
-            elif a.input_dims and isinstance(keep[i].name, str) and _HOST_COLLECTIVE.match(
-                    keep[i].name):
-                shaped.append((i, _shape_bytes(bytes(a.input_dims), bytes(a.input_type))))
+        counts, then collective sizes, so that a later one wins); returns the chunk
+        positions of collective records. ``nm``: the records' name codes."""
+        nbytes, coll, nelems = _present(args, "nbytes"), _present(args, "collective"), _present(args, "in_nelems")
+        # host collectives without a collective size: sum of the inputs' sizes
+        shaped = [(i, _shape_bytes(bytes(a.input_dims), bytes(a.input_type)))
+                  for i in np.flatnonzero(self.name.props["host_coll"][nm]).tolist()
+                  if (a := args[i]).in_nelems is None and a.input_dims]
+        counted = [(i, args[i].nbytes) for i in nbytes if type(args[i].nbytes) is int]
+        counted += [(i, _collective_bytes(args[i].in_nelems, args[i].dtype)) for i in nelems]
         found = [(base + i, b) for i, b in shaped + counted
                  if b is not None and _I64_MIN <= b <= _I64_MAX]
         if found:  # arrays, not Python tuples: nothing small outlives the chunk
@@ -281,6 +299,14 @@ class _State:
         k[host_op & name["data"][nm]] = _KIND["data"]
         k[inst] = _KIND["marker"]
         return k
+
+
+def _present(args: list, field: str) -> list[int]:
+    """Positions of the args whose ``field`` is not None (most are: a C-level scan)."""
+    values = list(map(attrgetter(field), args))
+    if values.count(None) == len(values):
+        return []
+    return list(compress(range(len(values)), map(is_not, values, repeat(None))))
 
 
 def _collective_bytes(nelems: Any, dtype: Any) -> int | None:

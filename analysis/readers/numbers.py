@@ -59,13 +59,20 @@ def text_us_to_ns(value: Any) -> int | None:
         return None
 
 
+_NONE = {type(None)}
+
+
 def int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     """Python ints/None/other to (int64 values, mask of missing): non-ints are missing."""
-    try:
-        arr = np.array(values, dtype=np.int64)
-        return arr, np.zeros(len(arr), dtype=bool)
-    except (TypeError, ValueError, OverflowError):
-        pass
+    types = set(map(type, values))
+    if types == _NONE:
+        return np.zeros(len(values), dtype=np.int64), np.ones(len(values), dtype=bool)
+    if type(None) not in types:
+        try:
+            arr = np.array(values, dtype=np.int64)
+            return arr, np.zeros(len(arr), dtype=bool)
+        except (TypeError, ValueError, OverflowError):
+            pass
     try:
         # ints and None only (None -> NaN): exact while |v| < 2**53
         f = np.array(values, dtype=np.float64)

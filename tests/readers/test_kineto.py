@@ -153,6 +153,27 @@ def test_crashed_tmp_file(data_dir, tmp_path):
     assert set(df["rank"]) == {1}  # distributedInfo precedes traceEvents
 
 
+def test_trailing_comma_before_the_closing_bracket(data_dir, tmp_path):
+    # "...},\n  ]" then more keys: every record and the metadata after the list are read,
+    # and the one warning names the file and the trailing comma (not a cut-off file)
+    raw = (data_dir / "kineto" / "tiny_rank1.pt.trace.json").read_text()
+    base = '  "baseTimeNanoseconds": 1711964646000000000,\n'
+    assert base in raw and raw.rstrip().endswith('"\n}')
+    moved = raw.replace(base, "").rstrip()[:-1].rstrip() + ',\n' + base.rstrip().rstrip(",") + "\n}\n"
+    valid = tmp_path / "valid.pt.trace.json"
+    valid.write_text(moved)
+    comma = tmp_path / "comma.pt.trace.json"
+    last = moved.rindex("}\n  ],")
+    comma.write_text(moved[: last + 1] + "," + moved[last + 1 :])
+    expected, _ = _read(valid)
+    df, msgs = _read(comma, n_warnings=1)
+    assert str(comma) in msgs[0] and "trailing comma" in msgs[0]
+    assert "cut off" not in msgs[0] and "not terminated" not in msgs[0]
+    pd.testing.assert_frame_equal(df.drop(columns="run_id"), expected.drop(columns="run_id"))
+    assert df["start_ns"].min() > BASE  # baseTimeNanoseconds, written after the list, is used
+    assert set(df["rank"]) == {1}
+
+
 def test_truncated_gzip_one_warning(data_dir, tmp_path):
     raw = (data_dir / "kineto" / "tiny_rank1.pt.trace.json.gz").read_bytes()
     p = tmp_path / "t.json.gz"

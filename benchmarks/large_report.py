@@ -1,0 +1,192 @@
+"""The large experiment: ``scalescope report`` on ``--runs`` runs of ``--ranks`` ranks each,
+with real-shaped traces, timed, with the peak memory of the report's process and of all
+its processes together.
+
+Each run is a run directory of 64 (``--ranks``) ranks on 8 hosts: ``run.json`` (the
+manifest of ``data/sample_sweep``'s 2-rank DDP run, widened to the ranks), per rank the
+scalescope trace and epoch metrics of that run's rank 1 (its rank, host and process name
+rewritten), CPU samples, and a PyTorch profiler trace in ``torch_profiler/``: a real Kineto
+trace of the shared corpus (``--source``, default ``kineto/hta__nccl_data.json.gz``: an
+A100 NCCL training step, 40.6k events, 10 MB of JSON) with ``distributedInfo.rank`` and
+``world_size`` set to the rank's. The profiler traces are gzip files of two members (the
+rank's head, then the corpus trace's events, compressed once and shared), so making 512
+of them takes seconds; readers gunzip every member.
+
+The report runs in a fresh process (``python -m analysis.cli report DIR --out OUT
+--no-static``, the parse cache in a fresh directory); its wall time and the peak RSS of
+the report process (``VmHWM``) and of its whole process tree (the pool's workers
+included; sampled every 50 ms) are printed.
+
+Usage::
+
+    .venv/bin/python benchmarks/large_report.py                      # 8 runs x 64 ranks
+    .venv/bin/python benchmarks/large_report.py --runs 2 --ranks 8   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+TEMPLATE = ROOT / "data" / "sample_sweep"
+TEMPLATE_RUN = "ddp-gloo_np2_bs300_r1"
+
+
+def _profiler_parts(source: Path) -> tuple[bytes, bytes]:
+    """The corpus trace's text before its events (the head, with the rank to set) and its
+    events and tail compressed once (the second gzip member of every rank's file)."""
+    raw = gzip.decompress(source.read_bytes()) if source.suffix == ".gz" else source.read_bytes()
+    at = raw.index(b'"traceEvents"')
+    return raw[:at], gzip.compress(raw[at:], compresslevel=6)
+
+
+def _rank_head(head: bytes, rank: int, world: int) -> bytes:
+    info = head.index(b'"distributedInfo"')
+    tail = re.sub(rb'"rank":\s*\d+', b'"rank": %d' % rank, head[info:], count=1)
+    tail = re.sub(rb'"world_size":\s*\d+', b'"world_size": %d' % world, tail, count=1)
+    return head[:info] + tail
+
+
+def _run(out: Path, run_id: str, ranks: int, batch: int, profiler: tuple[bytes, bytes]) -> dict:
+    src = TEMPLATE / TEMPLATE_RUN
+    out.mkdir(parents=True)
+    manifest = json.loads((src / "run.json").read_text())
+    proto = manifest["ranks"][1]
+    manifest.update(run_id=run_id, world_size=ranks, n_nodes=max(1, ranks // 8), ranks_per_host=min(8, ranks),
+                    batch_size=batch, global_batch_size=batch * ranks)
+    manifest["ranks"] = [dict(proto, rank=r, local_rank=r % 8, host=f"node{r // 8}", pid=10_000 + r)
+                         for r in range(ranks)]
+    manifest["config"] = dict(manifest.get("config") or {}, np=ranks, batch_size=batch)
+    (out / "run.json").write_text(json.dumps(manifest, indent=1))
+    trace = (src / "rank-00001.trace.json").read_text()
+    epochs = (src / "rank-00001.epochs.jsonl").read_text()
+    (out / "torch_profiler").mkdir()
+    head, body = profiler
+    for r in range(ranks):
+        t = (trace.replace('"rank 1 @ vm"', f'"rank {r} @ node{r // 8}"')
+             .replace('"rank":1,"local_rank":1,"host":"vm"', f'"rank":{r},"local_rank":{r % 8},"host":"node{r // 8}"'))
+        (out / f"rank-{r:05d}.trace.json").write_text(t)
+        (out / f"rank-{r:05d}.epochs.jsonl").write_text(epochs.replace('{"rank": 1,', f'{{"rank": {r},'))
+        with open(out / "torch_profiler" / f"node{r // 8}_{10_000 + r}.pt.trace.json.gz", "wb") as fh:
+            fh.write(gzip.compress(_rank_head(head, r, ranks), compresslevel=6))
+            fh.write(body)
+    for name in ("samples-vm.csv", "stdout.log", "stderr.log"):
+        shutil.copy(src / name, out / name)
+    return {"run_id": run_id, "status": "ok", "exit_code": 0,
+            "config": {"backend": "ddp-gloo", "framework": "ddp", "np": ranks, "batch_size": batch,
+                       "repeat": 1, "vary": {}, "experiment": "large"}}
+
+
+def make_experiment(workdir: Path, runs: int, ranks: int, source: Path) -> Path:
+    """The experiment directory (made anew)."""
+    exp = workdir / f"large_{runs}x{ranks}"
+    if exp.exists():
+        shutil.rmtree(exp)
+    exp.mkdir(parents=True)
+    meta = json.loads((TEMPLATE / "experiment.json").read_text())
+    profiler = _profiler_parts(source)
+    listed = []
+    for k in range(runs):
+        batch = (50, 100, 200, 400)[k % 4]
+        run_id = f"ddp-gloo_np{ranks}_bs{batch}_r{k // 4 + 1}"
+        listed.append(_run(exp / run_id, run_id, ranks, batch, profiler))
+    meta.update(name=exp.name, runs=listed)
+    (exp / "experiment.json").write_text(json.dumps(meta, indent=1))
+    return exp
+
+
+def _text(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def _tree_rss_kib(pid: int) -> tuple[int, int]:
+    """``(VmHWM of pid, summed VmRSS of pid and its descendants)`` in KiB."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(_text(f"/proc/{d}/stat").rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    hwm, total, todo = 0, 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            status = _text(f"/proc/{p}/status")
+        except OSError:
+            continue
+        rss = re.search(r"VmRSS:\s+(\d+)", status)
+        total += int(rss.group(1)) if rss else 0
+        if p == pid:
+            m = re.search(r"VmHWM:\s+(\d+)", status)
+            hwm = int(m.group(1)) if m else 0
+    return hwm, total
+
+
+def run_report(exp: Path, out: Path, cache: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SCALESCOPE_CACHE=str(cache), SCALESCOPE_PROGRESS="0")
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "analysis.cli", "report", str(exp), "--out", str(out),
+                             "--no-static"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    peak = {"hwm": 0, "tree": 0}
+
+    def sample() -> None:
+        while proc.poll() is None:
+            hwm, tree = _tree_rss_kib(proc.pid)
+            peak["hwm"], peak["tree"] = max(peak["hwm"], hwm), max(peak["tree"], tree)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    log, _ = proc.communicate()
+    elapsed = time.perf_counter() - t
+    watcher.join()
+    return {"s": elapsed, "rc": proc.returncode, "report_peak_mib": peak["hwm"] / 1024,
+            "tree_peak_mib": peak["tree"] / 1024, "log_tail": log.strip().splitlines()[-5:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--source", default="kineto/hta__nccl_data.json.gz")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "scalescope-large")
+    args = ap.parse_args(argv)
+    t = time.perf_counter()
+    exp = make_experiment(args.workdir, args.runs, args.ranks, CORPUS / args.source)
+    size = sum(f.stat().st_size for f in exp.rglob("*") if f.is_file())
+    print(f"# machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"# experiment {exp}: {args.runs} runs x {args.ranks} ranks, {size / 1e6:.0f} MB on disk "
+          f"(made in {time.perf_counter() - t:.0f} s)")
+    print(f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run_report(exp, Path(tmp) / "report", Path(tmp) / "cache")
+    print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("\n".join(f"#   {line}" for line in r.pop("log_tail")))
+    print()
+    print("| experiment | exit code | wall (s) | peak RSS, report process (MiB) | peak RSS, all its processes (MiB) |")
+    print("|---|---|---|---|---|")
+    print(f"| {args.runs} runs x {args.ranks} ranks, {size / 1e6:.0f} MB | {r['rc']} | {r['s']:.0f} | "
+          f"{r['report_peak_mib']:.0f} | {r['tree_peak_mib']:.0f} |")
+    return r["rc"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
