@@ -182,7 +182,8 @@ def test_notebooks_opens_exactly_the_experiment_named(tmp_path, monkeypatch):
         (tmp_path / other).mkdir()
     calls = []
     monkeypatch.setattr(nbs, "jupyter_command", lambda **kw: ["jupyter"])
-    monkeypatch.setattr(nbs.subprocess, "call", lambda cmd, env: calls.append(env) or 0)
+    # JupyterLab replaces the process (exec, tests/test_notebooks.py): the call is caught here
+    monkeypatch.setattr(nbs.os, "execve", lambda path, cmd, env: calls.append(env))
     assert nbs.main([str(exp)]) == 0
     monkeypatch.setenv(nbs.ENV_VAR, calls[0][nbs.ENV_VAR])
     assert nbs.env_experiments() == [exp.resolve()]

@@ -228,7 +228,8 @@ def test_labels_reach_the_page_as_the_terminal_shows_them(label):
     page = report._render({  # the template, as render() fills it, with the hostile label everywhere
         "title": label, "generated": label, "experiment_dirs": [label], "plotlyjs": "",
         "runs_table": tables.to_html(df), "n_runs": 2, "n_ok": 1,
-        "failed": [{"run_id": label, "status": "failed", "exit_code": "1", "log_tail": label}],
+        "failed": [{"run_id": label, "status": "failed", "exit_code": "1", "log_tail": label, "rank": "0",
+                    "cause": label, "log": label, "hint": label}],
         "damaged_table": None, "n_damaged": 0,
         "sections": [{"key": "k", "title": label, "intro": label, "skipped": None, "notes": [label],
                       "figures": [{"name": "f", "html": report._figure_html(fig, "fig-f")}],
