@@ -34,7 +34,10 @@ def test_one_scaling_figure_a_line_per_partition_against_one_baseline(partitions
     per_run = M.run_summary(partitions)
     base = {"partition": "alpha", "framework": "none", "n_ranks": 1}
     table = M.scaling_table(per_run, baseline=base, by=("partition", "config_backend", "batch_size"))
-    alpha_base = per_run[(per_run["partition"] == "alpha") & (per_run["framework"] == "none")]["epoch_time_s"]
+    # the baseline is the clean repeats' (a repeat disturbed by other processes, as r1 of alpha
+    # was while it was recorded, is left out: docs/metrics.md, "Outlier repeats")
+    alpha_base = per_run[(per_run["partition"] == "alpha") & (per_run["framework"] == "none")
+                         & per_run["outlier"].isna()]["epoch_time_s"]
     assert table["baseline_epoch_time_s"].unique().tolist() == [pytest.approx(alpha_base.median())]
     fw = table[table["framework"] != "none"]
     fig = P.plot_scaling(fw, by="partition")
@@ -42,7 +45,7 @@ def test_one_scaling_figure_a_line_per_partition_against_one_baseline(partitions
     assert [d.name for d in lines] == ["alpha", "beta"]
     assert [list(d.x) for d in lines] == [[1, 2], [1, 2]]
     beta = fw[fw["partition"] == "beta"].sort_values("n_ranks")["speedup"].tolist()
-    assert list(lines[1].y) == pytest.approx(beta)
+    assert list(lines[1].y) == pytest.approx(beta, nan_ok=True)  # unreliable rows (disturbed repeats) have none
 
 
 def test_weak_runs_grew_the_dataset():
