@@ -17,6 +17,7 @@ import subprocess
 import sys
 import warnings
 
+import pandas as pd
 import pytest
 from validation._sweeps import EXAMPLE, ROOT, runset
 
@@ -84,6 +85,11 @@ def test_headline_moves_less_than_its_interval(summary):
     reference = M.scaling_table(clean, by=("config_backend", "batch_size"))
     r = robust[robust["config_backend"] == "ddp-gloo"].iloc[0]
     c = reference[reference["config_backend"] == "ddp-gloo"].iloc[0]
+    if pd.isna(r["efficiency_frac"]) or pd.isna(c["efficiency_frac"]):
+        # other load beside the test disturbed most repeats of a side too: then no headline is
+        # printed at all, and the row says why (issue 34: a disturbed side is never the headline)
+        assert (r["unreliable"] if pd.isna(r["efficiency_frac"]) else c["unreliable"]), (r.to_dict(), c.to_dict())
+        return
     half = (c["efficiency_frac_ci_high"] - c["efficiency_frac_ci_low"]) / 2
     print(f"efficiency with the disturbed repeat flagged {r['efficiency_frac']:.3f}, without it "
           f"{c['efficiency_frac']:.3f} ({c['efficiency_frac_ci_low']:.3f}-{c['efficiency_frac_ci_high']:.3f})")
