@@ -67,9 +67,15 @@ def _on_late_sigint(signum, frame) -> None:
 
 def _install_sigint() -> object | None:
     """Our Ctrl-C handler; returns the previous one (``None`` where signals cannot be set:
-    not the main thread)."""
+    not the main thread, or where nothing was set).
+
+    A command started with Ctrl-C ignored (``cmd &`` in a script, whose shell ignores SIGINT
+    for it so that a Ctrl-C meant for the script leaves it running) keeps ignoring it, as
+    Python itself and every shell tool do."""
     global _MAIN_PID, _ANNOUNCED
     if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         return None
     _MAIN_PID, _ANNOUNCED = os.getpid(), False
     return signal.signal(signal.SIGINT, _on_sigint)

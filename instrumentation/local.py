@@ -331,8 +331,19 @@ def execute(
     if cwd is not None:
         Path(cwd).mkdir(parents=True, exist_ok=True)
     with open(run_dir / "stdout.log", "ab") as out, open(run_dir / "stderr.log", "ab") as err:
-        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, cwd=None if cwd is None else str(cwd))
+        try:
+            proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True, cwd=None if cwd is None else str(cwd))
+        except KeyboardInterrupt:
+            # Ctrl-C while the run started: Popen forks before it can hand the process back, so
+            # the launcher may be running already; it carries the run's directory in its
+            # environment, which is how it is found and stopped (no session of ours is known)
+            err.write(b"\n[scalescope sweep] interrupted (Ctrl-C) while the run started: stopping the run\n")
+            err.flush()
+            pids = stop_left_behind(-1, run_dir)
+            if left_behind is not None:
+                left_behind.extend(pids)
+            raise _Interrupted(None) from None
         try:
             return _wait(proc, err, timeout_s)
         finally:

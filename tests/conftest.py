@@ -4,6 +4,7 @@ that need them skip cleanly when ../shared is absent, so a fresh clone still pas
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,14 @@ from _helpers import REAL_BACKENDS
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 CORPUS = Path(os.environ.get("SCALESCOPE_CORPUS", ROOT.parent / "shared" / "corpus"))
+
+
+# The suite runs as from a terminal. Started with Ctrl-C ignored (a background job of a script:
+# its shell sets SIGINT to "ignore", and children inherit that across exec), every command a
+# test interrupts would ignore the Ctrl-C as well (as scalescope does, like any Unix tool) and
+# run to its end. A Python handler, unlike "ignore", is reset to the default at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

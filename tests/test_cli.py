@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -341,5 +342,24 @@ def test_a_ctrl_c_while_the_interpreter_tears_down_changes_nothing():
     root = Path(__file__).resolve().parents[1]
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
                        env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "interrupted" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_command_started_with_ctrl_c_ignored_keeps_ignoring_it():
+    """``scalescope sweep ... &`` in a script: the shell starts it with SIGINT ignored so that a
+    Ctrl-C meant for the script leaves it running. scalescope keeps it so (as Python and every
+    shell tool do): the command runs to its own end."""
+    code = ("import os, signal, sys\n"
+            "from analysis import cli\n"
+            "cli._install_sigint()\n"
+            "assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN, signal.getsignal(signal.SIGINT)\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "sys.argv = ['scalescope', 'formats']\n"
+            "sys.exit(cli.main())\n")
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root)},
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert p.returncode == 0, (p.returncode, p.stderr)
     assert "interrupted" not in p.stderr and "Traceback" not in p.stderr, p.stderr

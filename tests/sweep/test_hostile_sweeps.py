@@ -140,6 +140,32 @@ def test_a_run_that_leaves_nothing_says_nothing(tmp_path):
     assert "left running" not in (run_dir / "stderr.log").read_text()
 
 
+def test_a_ctrl_c_while_the_run_starts_stops_the_launcher_it_started(tmp_path, monkeypatch):
+    """Popen forks before it can hand the process back: a Ctrl-C in between used to leave the
+    run's launcher running, unknown to the sweep. The launcher is real; only the moment of the
+    Ctrl-C is chosen, right after the fork."""
+    real = subprocess.Popen
+    started: list[int] = []
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        started.append(real(*args, **kwargs).pid)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local.subprocess, "Popen", popen_then_ctrl_c)
+    run_dir = tmp_path / "r"
+    env = {**os.environ, "SCALESCOPE_RUN_DIR": str(run_dir.resolve())}
+    left: list[int] = []
+    with pytest.raises(local._Interrupted):
+        local.execute([sys.executable, "-c", "import time; time.sleep(120)"], env=env, run_dir=run_dir,
+                      left_behind=left)
+    assert left == started
+    deadline = time.monotonic() + 10
+    while _alive(started[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(started[0]), "the launcher started before the Ctrl-C runs on"
+    assert "while the run started" in (run_dir / "stderr.log").read_text()
+
+
 # ------------------------------------------------------------------ argument lists
 
 NAMES = ["test", "data", "conf.yaml", "train.py", "val", "x"]
