@@ -123,9 +123,10 @@ def run_local(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, comm
     if kept:
         progress.print(f"scalescope sweep: warning: {', '.join(kept)}: kept as typed, although a file or folder of "
                        "that name is here (a bare word may be a plain value); write ./NAME to pass it as a path")
-    previous_term = _sigterm_as_interrupt()
+    _INTERRUPTS.install()
     try:
         for spec in todo:
+            _INTERRUPTS.check()
             if not _run_one(spec, exp=exp, resolved=resolved, opts=opts, progress=progress):
                 progress.print("scalescope sweep: interrupted; run the same command again to resume")
                 return 130
@@ -134,8 +135,7 @@ def run_local(plan: Sequence[RunSpec], *, script: Sequence[str], out: Path, comm
         return 130
     finally:
         progress.close()
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        _INTERRUPTS.restore()
     line, all_ok = summary(exp.entries, plan, out)
     progress.print(line)
     return 0 if all_ok else 1
@@ -358,9 +358,17 @@ def execute(
 
 
 def _wait(proc: subprocess.Popen, err, timeout_s: float | None) -> tuple[int | None, str | None]:
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        proc.wait(timeout=timeout_s)
-        return proc.returncode, None
+        while True:  # in short waits, to see a Ctrl-C that Python lost on its way (_Interrupts)
+            left = None if deadline is None else deadline - time.monotonic()
+            try:
+                proc.wait(timeout=_POLL_S if left is None else max(0.0, min(_POLL_S, left)))
+                return proc.returncode, None
+            except subprocess.TimeoutExpired:
+                if left is not None and left <= _POLL_S:
+                    raise
+                _INTERRUPTS.check()
     except subprocess.TimeoutExpired:
         err.write(f"\n[scalescope sweep] timeout after {timeout_s} s: stopping the run\n".encode())
         err.flush()
@@ -373,19 +381,61 @@ def _wait(proc: subprocess.Popen, err, timeout_s: float | None) -> tuple[int | N
         raise _Interrupted(proc.returncode) from None
 
 
+_POLL_S = 0.25
+
+
 class _Interrupted(Exception):
     def __init__(self, exit_code: int | None):
         super().__init__("interrupted")
         self.exit_code = exit_code
 
 
-def _sigterm_as_interrupt():
-    """Treat SIGTERM to the sweep (``kill``, a batch system) like Ctrl-C; returns the old handler."""
+class _Interrupts:
+    """Ctrl-C and SIGTERM to the sweep, remembered as well as raised.
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt
+    The handler raises KeyboardInterrupt where the signal lands, and Python can lose it
+    there: 3.11 turns an exception raised while a class is being created into a
+    RuntimeError ("Error calling __set_name__"), which an import guard's ``except
+    Exception`` then swallows, and the sweep would run on to the end. So the sweep also
+    checks the flag before each run and while it waits for one. A sweep started with SIGINT
+    ignored (a script's background job) keeps ignoring it."""
 
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        return None
+    def __init__(self) -> None:
+        self.requested = False
+        self._installed: dict[int, tuple[object, object]] = {}
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def install(self) -> None:
+        self.requested = False
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous = signal.getsignal(sig)
+                if sig == signal.SIGINT and previous in (signal.SIG_IGN, None):
+                    continue
+                handler = self._handler(previous if callable(previous) and sig == signal.SIGINT else None)
+                signal.signal(sig, handler)
+                self._installed[sig] = (previous, handler)
+            except ValueError:  # not the main thread: nothing can be installed
+                return
+
+    def _handler(self, chained):
+        def handler(signum, frame):
+            self.requested = True
+            if chained is not None:  # the command's own Ctrl-C handler (one line, 130)
+                chained(signum, frame)
+            raise KeyboardInterrupt
+
+        return handler
+
+    def restore(self) -> None:
+        for sig, (previous, handler) in self._installed.items():
+            with contextlib.suppress(ValueError, TypeError):
+                if signal.getsignal(sig) is handler:  # not when the command's handler moved on
+                    signal.signal(sig, previous)
+        self._installed.clear()
+
+
+_INTERRUPTS = _Interrupts()

@@ -166,6 +166,35 @@ def test_a_ctrl_c_while_the_run_starts_stops_the_launcher_it_started(tmp_path, m
     assert "while the run started" in (run_dir / "stderr.log").read_text()
 
 
+def test_a_ctrl_c_that_python_swallowed_still_stops_the_run(tmp_path):
+    """Python 3.11 turns a KeyboardInterrupt raised while a class is created into a
+    RuntimeError, which an import guard's ``except Exception`` swallows: the Ctrl-C is lost
+    and the sweep ran its run to the end (the flaky sweep Ctrl-C test, under load). The
+    remembered interrupt stops the run anyway, with the run's launcher."""
+
+    class Raises:
+        def __set_name__(self, owner, name):
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, inside class creation
+            time.sleep(0.05)
+
+    local._INTERRUPTS.install()
+    try:
+        try:
+            type("Guarded", (), {"attr": Raises()})
+        except Exception as exc:  # what an optional import's guard does
+            assert isinstance(exc.__cause__, KeyboardInterrupt)
+        run_dir = tmp_path / "r"
+        t0 = time.monotonic()
+        with pytest.raises(local._Interrupted):
+            local.execute([sys.executable, "-c", "import time; time.sleep(120)"], env=dict(os.environ),
+                          run_dir=run_dir)
+        assert time.monotonic() - t0 < 60
+        assert "interrupted (Ctrl-C)" in (run_dir / "stderr.log").read_text()
+    finally:
+        local._INTERRUPTS.restore()
+        local._INTERRUPTS.requested = False
+
+
 # ------------------------------------------------------------------ argument lists
 
 NAMES = ["test", "data", "conf.yaml", "train.py", "val", "x"]
