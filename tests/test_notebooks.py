@@ -29,9 +29,9 @@ ids = [p.name for p in NOTEBOOKS]
 #: files, no varied input size) cannot support, and a phrase of the line each stops with.
 DEMO_STOPS = {
     "07_other_tools": "no other tools' files",
-    "09_clusters_partitions": "compares",
+    "09_clusters_partitions": "two or more clusters or partitions",
     "10_strong_weak": "weak",
-    "11_input_size": "input size",
+    "11_input_size": "--find-max",
 }
 #: Words that name an experiment other than the one opened.
 FOREIGN = ("sample_sweep", "sample_partitions", "data/sample", "shared/corpus")
@@ -360,5 +360,5 @@ def test_notebook_01_goes_on_without_dask(demo_experiment, monkeypatch, tmp_path
     assert stop is None
     text = _check_clean(nb, "01", stop)
     assert "Dask is not installed" in text and "scalescope[scale]" in text
-    assert "same table as per_rank" not in text, "the Dask cell ran although Dask was missing"
-    assert (demo_experiment / nbs.EXPORT_DIRNAME / "01_single_run").is_dir()
+    assert "same table as breakdown_per_rank" not in text, "the Dask cell ran although Dask was missing"
+    assert (demo_experiment / nbs.EXPORT_DIRNAME / "01_single_run_breakdown").is_dir()

@@ -10,6 +10,7 @@ from analysis.studies._base import (
     Context,
     Section,
     Skip,
+    level,
     usable_runs,
 )
 
@@ -24,10 +25,11 @@ def study_batch(ctx: Context) -> Section:
         sec.figures.append(("batch_size", P.plot_batch_size(t)))
         sec.tables.append(("batch_size", t, "One rank."))
         one = pr[pr["n_ranks"] == 1]
-        cmp = M.compare_groups(one, axis="batch_size", keys=("config_backend", "n_ranks"))
+        cmp = M.compare_groups(one, axis="batch_size", keys=("config_backend", "n_ranks"),
+                                 confidence=ctx.confidence)
         if len(cmp):
             sec.tables.append(("batch_size_compare", cmp, "Time per sample of each batch size against the "
-                                                          "smallest, one rank: ratio, 95 % interval, verdict."))
+                                                          f"smallest, one rank: ratio, {level(ctx)} interval, verdict."))
         got = True
     else:
         sec.notes.append("Only one batch size was run on one rank: no epoch-time curve.")
