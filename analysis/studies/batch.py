@@ -39,6 +39,9 @@ def study_batch(ctx: Context) -> Section:
         curves = curves[curves["val_metric"].notna()]
         sec.figures.append(("validation_epochs", P.plot_validation(curves, x="epoch")))
         sec.figures.append(("validation_time", P.plot_validation(curves, x="wall_s")))
+        sec.notes.append("The validation figures show each run's val_metric as its script logged it (the bundled "
+                         "example logs 1 - validation MSE / the mean predictor's MSE: higher is better), not a "
+                         "loss; the validation loss (MSE) is in the learning-rate figures.")
         got = True
     if not got:
         raise Skip("needs two batch sizes at one rank or validation metrics")
