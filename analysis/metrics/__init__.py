@@ -39,6 +39,7 @@ from analysis.metrics.collectives import (
 )
 from analysis.metrics.fusion import dedupe_fused
 from analysis.metrics.gap import explain_loss, rank_step_parts, scaling_loss
+from analysis.metrics.grouping import baseline_match, batch_key, config_by, grouped_by, study_axes
 from analysis.metrics.measures import measure_runs, scaling_mode, select_baseline, step_table
 from analysis.metrics.memory import compute_update_breakdown, peak_memory
 from analysis.metrics.model import (
@@ -88,6 +89,8 @@ from analysis.metrics.utilization import (
 __all__ = [
     "SOURCES",
     "backend_comparison",
+    "baseline_match",
+    "batch_key",
     "batch_size_epoch_time",
     "batch_speedup",
     "between_steps",
@@ -96,6 +99,7 @@ __all__ = [
     "collectives",
     "compare_groups",
     "compute_update_breakdown",
+    "config_by",
     "ddp_comm_overlap",
     "dedupe_fused",
     "device_usage",
@@ -114,6 +118,7 @@ __all__ = [
     "gpu_memory_phases",
     "gpu_time_breakdown",
     "gpu_timeline",
+    "grouped_by",
     "horovod_allreduce",
     "idle_devices",
     "input_size_table",
@@ -145,6 +150,7 @@ __all__ = [
     "step_times",
     "straggler_summary",
     "strong_weak_table",
+    "study_axes",
     "sync_cost",
     "sync_outside_steps",
     "sync_scaling",
