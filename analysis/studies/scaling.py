@@ -8,7 +8,9 @@ from analysis.errors import ScalescopeError
 from analysis.studies._base import (
     Context,
     Section,
+    baseline_match,
     config_by,
+    grouped,
     need_distinct,
     placement_axes,
     reporting_notes,
@@ -34,7 +36,7 @@ def study_scaling(ctx: Context) -> Section:
     axes = placement_axes(ctx)
     by = config_by(ctx)
     try:
-        points = M.run_speedups(pr, baseline=baseline, by=by)
+        points = M.run_speedups(pr, baseline=baseline, by=by, match=baseline_match(ctx))
     except ScalescopeError:
         points = M.run_speedups(pr, baseline="min", by=by)
     points = points[points["outlier"].isna()] if "outlier" in points else points
@@ -45,7 +47,9 @@ def study_scaling(ctx: Context) -> Section:
     t = table if mode in ("strong", "weak") else table.drop(columns=["ideal_epoch_time_s"], errors="ignore")
     sec.figures.append(("scaling", P.plot_scaling(t[t["framework"] != "none"], fit=fit,
                                                   boundaries=bounds, by=(*axes, "config_backend"))))
-    sec.tables.append(("scaling", t, "Time per sample (s, one rank), throughput (samples/s), speedup and "
-                                     "efficiency with intervals; epoch time as recorded (s)."))
-    sec.tables.append(("speedup_fit", fit, "Linear fit of speedup against ranks (Student-t interval)."))
+    sec.figures.append(("epoch_time", P.plot_epoch_time(t[t["framework"] != "none"], by=(*axes, "config_backend"),
+                                                         boundaries=bounds)))
+    sec.tables.append(("scaling", t, grouped(by, "Time per sample (s, one rank), throughput (samples/s), speedup "
+                                                 "and efficiency with intervals; epoch time as recorded (s).")))
+    sec.tables.append(("speedup_fit", fit, grouped(by, "Linear fit of speedup against ranks (Student-t interval).")))
     return sec
