@@ -6,7 +6,6 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-import numpy as np
 import pandas as pd
 
 from analysis.errors import ScalescopeError
@@ -80,8 +79,9 @@ def batch_by_ranks(per_run: pd.DataFrame, *, by: Sequence[str] = ("config_backen
     >>> pr = pd.DataFrame({"config_backend": "ddp", "n_ranks": [1, 1, 2], "batch_size": [75, 150, 75],
     ...                    "global_batch_size": [75, 150, 150], "epoch_time_s": [4.0, 2.5, 2.2],
     ...                    "throughput_samples_per_s": [250.0, 400.0, 450.0]})
-    >>> batch_by_ranks(pr)[["n_ranks", "batch_size", "epoch_time_s"]].values.tolist()
-    [[1, 75, 4.0], [1, 150, 2.5], [2, 75, 2.2]]
+    >>> t = batch_by_ranks(pr)
+    >>> list(zip(t["n_ranks"], t["batch_size"], t["epoch_time_s"]))
+    [(1, 75, 4.0), (1, 150, 2.5), (2, 75, 2.2)]
     """
     parts = []
     for n in sorted(per_run["n_ranks"].dropna().unique()):
