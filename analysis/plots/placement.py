@@ -79,7 +79,8 @@ def plot_memory_batch(table: pd.DataFrame, *, limit: pd.DataFrame | None = None,
                                      name=f"out of memory ({name})", marker={"symbol": "x", "size": 12,
                                                                              "color": colour}))
     for _, r in (limit if limit is not None else pd.DataFrame()).iterrows():
-        if np.isfinite(r.get("largest_ok", np.nan)):
+        # a limit only where a larger batch ran out of memory (else it is just the largest tried)
+        if np.isfinite(r.get("largest_ok", np.nan)) and np.isfinite(r.get("smallest_oom", np.nan)):
             fig.add_trace(go.Scatter(x=[float(r["largest_ok"])] * 2, y=[0.0, top], mode="lines",
                                      line={"dash": "dash", "color": "#666666"},
                                      name=f"largest batch that fits: {r['largest_ok']:g}"))
@@ -112,9 +113,9 @@ def plot_topology(topo: pd.DataFrame, *, title: str = "Interconnect topology (nv
     fig = go.Figure(go.Heatmap(z=z.tolist(), x=labels, y=labels, text=text, texttemplate="%{text}", zmin=0, zmax=n,
                                colorscale=scale, hovertemplate="%{y} → %{x}: %{text}<extra></extra>",
                                colorbar={"title": "link", "tickvals": list(range(n + 1)), "ticktext": list(LINK_ORDER)}))
-    fig.update_layout(title=title)
-    fig.update_xaxes(title_text="peer", type="category", side="top")
-    fig.update_yaxes(title_text="device", type="category", autorange="reversed")
+    fig.update_layout(title=f"{title}<br><sup>rows: device, columns: peer</sup>")
+    fig.update_xaxes(type="category", side="bottom")
+    fig.update_yaxes(type="category", autorange="reversed")
     return apply_theme(fig)
 
 

@@ -21,10 +21,13 @@ from analysis.studies._base import (
 def study_model(ctx: Context) -> Section:
     sec = Section(intro="t(N) = 2(N-1)·alpha + 2(N-1)/N · bytes/beta fitted to the measured sync_total per step; "
                   "predictions at unmeasured rank counts assume constant compute per sample.")
+    cost, per_run, runs, group = _one_group(ctx)
     try:
-        w = M.what_if(sync_cost(ctx), ctx.per_run, usable_runs(ctx))
+        w = M.what_if(cost, per_run, runs)
     except ScalescopeError as exc:
         raise Skip(str(exc)) from None
+    if group:
+        sec.notes.append(f"Modelled: {group} (one group of the grouping rule; the others are not pooled into it).")
     cfg = w["config"].iloc[0]
     sec.figures.append(("model", P.plot_model(w["measured"], w["prediction"], measured_speedup=w["measured_speedup"])))
     sec.tables.append(("model_fit", w["fit"], f"{cfg.config_backend}; bytes per sync = n_params × 4 = "
@@ -34,6 +37,28 @@ def study_model(ctx: Context) -> Section:
     _models_side_by_side(sec, w)
     _bench_models(ctx, sec)
     return sec
+
+
+def _one_group(ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, str]:
+    """The sync costs, runs summary and runs of the one group (the axes the runs differ on,
+    :func:`analysis.metrics.grouping.study_axes`) with the most multi-rank runs: the model is
+    fitted to one experiment, partition and swept value, never to a pool of them."""
+    cost, pr, runs = sync_cost(ctx), ctx.per_run, usable_runs(ctx)
+    axes = [c for c in M.study_axes(pr) if c in runs.columns]
+    if not axes:
+        return cost, pr, runs, ""
+    key = runs[["run_id", *axes]].astype(object).where(runs[["run_id", *axes]].notna(), "–")
+    key = key.assign(_g=key[axes].astype(str).agg(" · ".join, axis=1))[["run_id", "_g"]]
+    multi = runs.loc[runs["n_ranks"] > 1, "run_id"]
+    counts = key[key["run_id"].isin(multi)]["_g"].value_counts()
+    if counts.empty:
+        return cost, pr, runs, ""
+    ids = set(key.loc[key["_g"] == counts.index[0], "run_id"].astype(str))
+
+    def keep(df: pd.DataFrame) -> pd.DataFrame:
+        return df[df["run_id"].astype(str).isin(ids)]
+
+    return keep(cost), keep(pr), keep(runs), f"{', '.join(axes)} = {counts.index[0]}"
 
 
 def _latency_note(sec: Section, fit, measured) -> None:
