@@ -5,6 +5,7 @@ batch that fits, epoch time against ranks, the topology matrix."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -119,3 +120,14 @@ def test_topology_matrix_figure(tmp_path):
     assert hm.text[0] == ("X", "NV2", "NV1", "SYS") or list(hm.text[0]) == ["X", "NV2", "NV1", "SYS"]
     z = np.array(hm.z, dtype=float)
     assert z[0, 1] == 0 and z[1, 2] == 1 and z[0, 3] == 4 and np.isnan(z[0, 0])  # nvlink, pcie-switch, cross-socket
+
+
+def test_the_report_says_its_scope_and_the_cpu_caveats_that_apply():
+    from analysis import report
+    from analysis.studies.scope import study_scope
+
+    sec = study_scope(report.load([Path(__file__).resolve().parents[2] / "data" / "sample_partitions" / "alpha"]))
+    assert "data parallelism" in sec.intro and "pipeline parallelism" in sec.intro and "out of scope" in sec.intro
+    text = " ".join(sec.notes)
+    assert "CPU run" in text and "resident memory" in text and "CPU utilisation" in text
+    assert "Horovod" not in text.split("Memory")[0].split("GPUs:")[1]  # no Horovod run here: no Horovod caveat
