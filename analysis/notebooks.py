@@ -230,6 +230,51 @@ def pick_run(runs, run_id: str | None = None) -> str:
     return str(order.sort_values(["n_ranks", "_fw"], ascending=[False, True])["run_id"].iloc[0])
 
 
+# ------------------------------------------------------------------ the report's studies
+def study(key: str, ctx, *, required: bool = True):
+    """The report's study ``key`` on ``ctx`` (:func:`analysis.studies.run_study`: the same
+    tables and figures as the report's section), its notes printed. When the experiment
+    cannot support it, a ``required`` study stops the notebook with the report's reason;
+    otherwise the reason is printed and the skipped section returned."""
+    from analysis.studies import run_study
+
+    sec = run_study(key, ctx)
+    if sec.skipped:
+        need(not required, f"{sec.title}: {sec.skipped}")
+        print(f"{sec.title}: skipped, {sec.skipped}")
+    elif sec.notes:
+        print("\n".join(sec.notes))
+    return sec
+
+
+def table_or_note(sec, name: str):
+    """``sec.table(name)``, or a note saying the experiment has nothing for it."""
+    if name in sec.table_names:
+        return sec.table(name)
+    return note(f"These runs give no {name} table in \"{sec.title}\"" + (f": {sec.skipped}" if sec.skipped else
+                                                                          " (its notes say why)"))
+
+
+def figure_or_note(sec, name: str):
+    """``sec.figure(name)``, or a note saying the experiment has nothing for it."""
+    if name in sec.figure_names:
+        return sec.figure(name)
+    return note(f"These runs give no {name} figure in \"{sec.title}\"" + (f": {sec.skipped}" if sec.skipped else
+                                                                           " (its notes say why)"))
+
+
+def export_sections(sections: Sequence, folder: str | os.PathLike[str], *, static: bool = True) -> Path:
+    """The sections' tables and figures into ``folder``, by the report's own export
+    (:func:`analysis.report.export`: the same files, names and captions); prints where, or
+    why the figures were not written."""
+    from analysis.report import export
+
+    out = Path(folder)
+    why = export([s for s in sections if not s.skipped], out, static=static)
+    print(f"exported to {out}" + (f" ({why})" if why else ""))
+    return out
+
+
 # ------------------------------------------------------------------ Dask, optional
 def local_dask(n_workers: int = 2):
     """A small in-process Dask ``(client, cluster)``, or ``(None, None)`` with one line saying

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import re
-import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,12 +20,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import metrics as M
 from analysis import tables
 from analysis.errors import ScalescopeError, recording
 from analysis.export import NO_BROWSER, export_many, export_table, find_browser
 from analysis.runset import RunSet
-from analysis.studies import STUDIES, Context, Section, Skip
+from analysis.studies import (
+    BASELINE,
+    BASELINES,
+    CONFIDENCE,
+    STUDIES,
+    WARMUP,
+    Context,
+    Section,
+    run_section,
+)
 from instrumentation.progress import printable
 
 __all__ = ["STUDIES", "build_report", "export", "load", "render", "run_studies"]
@@ -99,22 +106,8 @@ def _figure_html(fig, div_id: str) -> str:
     return text.translate(_JSON_RAW)
 
 
-def _own_warnings(sec: Section, caught: list, first: int) -> None:
-    """Warnings a study's own analysis raised (not the data reading it triggered) become notes
-    of that study instead of report-level warnings."""
-    def own(w) -> bool:
-        path = Path(str(w.filename))
-        return path.parent.name in ("metrics", "studies")
-
-    mine = [w for w in caught[first:] if issubclass(w.category, UserWarning) and own(w)]
-    for w in mine:
-        caught.remove(w)
-        note = f"Warning: {w.message}"
-        if note not in sec.notes:
-            sec.notes.append(note)
-
-
-def load(dirs: Sequence[str | Path]) -> Context:
+def load(dirs: Sequence[str | Path], *, warmup: int | str | None = WARMUP, confidence: float = CONFIDENCE,
+         baseline: str = BASELINE) -> Context:
     """Load the experiment for the studies: the RunSet, its events (or why they could not be
     read) and the per-run table every study compares (:func:`analysis.metrics.run_summary`).
     Warnings about the runs (NCCL warnings, a run that resumed from state it did not create)
@@ -132,38 +125,14 @@ def load(dirs: Sequence[str | Path]) -> Context:
     for run_id, text in rs.runs[["run_id", "shared_reads"]].dropna().itertuples(index=False):
         warnings.warn(f"{run_id}: it read {text} in the shared working directory: the runs are not independent "
                       "(`scalescope sweep --cwd run` gives each run a directory of its own)", UserWarning, stacklevel=1)
-    events, events_error = None, None
-    try:
-        events = rs.events
-    except Exception as exc:
-        events_error = f"{type(exc).__name__}: {exc}"
-    try:
-        per_run = M.run_summary(rs)
-    except Exception as exc:
-        per_run = pd.DataFrame(columns=[*M.scaling.RUN_META, "epoch_time_s", "throughput_samples_per_s",
-                                        "samples_per_epoch"])
-        events_error = events_error or f"epoch metrics unreadable: {exc}"
-    return Context(rs, events, events_error, per_run)
+    return Context.from_runset(rs, warmup=warmup, confidence=confidence, baseline=baseline)
 
 
 def run_studies(ctx: Context, caught: list) -> list[Section]:
     """Every study of :data:`STUDIES` on ``ctx``: a study the experiment cannot support is a
     skipped section saying why, one that fails says how (never aborts the report); the
     warnings a study's own analysis raised (out of ``caught``) become its notes."""
-    sections: list[Section] = []
-    for key, title, study in STUDIES:
-        first = len(caught)
-        try:
-            sec = study(ctx)
-        except Skip as exc:
-            sec = Section(key, title, skipped=str(exc))
-        except Exception as exc:
-            sec = Section(key, title, skipped=f"failed with {type(exc).__name__}: {exc}",
-                          notes=[traceback.format_exc(limit=3)])
-        sec.key, sec.title = key, title
-        _own_warnings(sec, caught, first)
-        sections.append(sec)
-    return sections
+    return [run_section(key, title, study, ctx, caught) for key, title, study in STUDIES]
 
 
 #: The report's record of the files it wrote into ``export/`` (one name a line): the next
@@ -279,7 +248,8 @@ def _check_out(out: Path, root: Path) -> None:
 
 
 def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str | Path | None = None, *,
-                 static: bool = True) -> Path:
+                 static: bool = True, warmup: int | str | None = WARMUP, confidence: float = CONFIDENCE,
+                 baseline: str = BASELINE) -> Path:
     """Build the HTML report of an experiment and its ``export/`` folder.
 
     Parameters
@@ -290,6 +260,8 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
         Where to write; default ``<experiment_dir>/report``.
     static
         Also write PDF/SVG/PNG figures (needs Chromium; skipped with a note when missing).
+    warmup, confidence, baseline
+        The analysis options of :func:`analysis.studies.run_study` (the same defaults).
 
     Returns
     -------
@@ -304,7 +276,7 @@ def build_report(experiment_dir: str | Path | Sequence[str | Path], out_dir: str
     _check_out(out, Path(dirs[0]) if out_dir is None else out)
     out.mkdir(parents=True, exist_ok=True)
     with recording() as caught:
-        ctx = load(dirs)
+        ctx = load(dirs, warmup=warmup, confidence=confidence, baseline=baseline)
         sections = run_studies(ctx, caught)
         damaged = ctx.rs.damaged  # after the studies loaded the data: load-time damage included
     data_warnings = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
@@ -323,13 +295,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="output directory (default: EXPERIMENT_DIR/report)")
     parser.add_argument("--no-static", action="store_true",
                         help="do not export PDF/SVG/PNG figures (no browser needed)")
+    parser.add_argument("--warmup", type=_warmup, default=WARMUP, metavar="auto|N",
+                        help=f"warm-up steps dropped per rank: 'auto' (until the step time settles, docs/metrics.md) "
+                             f"or a number of steps, 0 for none (default: {WARMUP})")
+    parser.add_argument("--confidence", type=_confidence, default=CONFIDENCE, metavar="LEVEL",
+                        help=f"level of every interval and verdict, between 0 and 1 (default: {CONFIDENCE})")
+    parser.add_argument("--baseline", choices=BASELINES, default=BASELINE,
+                        help="base case of the scaling studies: 'none' the one-process run without a framework, "
+                             "'min' each configuration's run with the fewest ranks, 'auto' the first where the runs "
+                             f"have one (default: {BASELINE})")
+
+
+def _warmup(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'auto' or a number of steps >= 0")
+    return n
+
+
+def _confidence(text: str) -> float:
+    try:
+        level = float(text)
+    except ValueError:
+        level = 0.0
+    if not 0 < level < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a level between 0 and 1 (e.g. 0.95)")
+    return level
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scalescope report`` with parsed arguments; returns the exit status."""
     try:
         page = build_report(args.experiment_dir if len(args.experiment_dir) > 1 else args.experiment_dir[0],
-                            args.out, static=not args.no_static)
+                            args.out, static=not args.no_static, warmup=args.warmup, confidence=args.confidence,
+                            baseline=args.baseline)
     except ScalescopeError as exc:
         import sys
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis.metrics.gap import CAUSE_LABELS
 from instrumentation.progress import printable
 
 __all__ = [
@@ -84,6 +85,9 @@ NAMES: dict[str, str] = {
     "contention": "Contention", "contention_evidence": "Contention evidence", "time_per_sample": "Time per sample",
     "relative_time": "Relative time", "slowest_tied": "Slowest ranks tied",
 }
+#: The causes of the scaling gap (``scaling_loss``'s columns) in the words every figure and
+#: sentence uses (:data:`analysis.metrics.gap.CAUSE_LABELS`).
+NAMES.update({c: w[:1].upper() + w[1:] for c, w in CAUSE_LABELS.items()})
 
 #: Column kinds: the unit a suffix names, its display unit and the factor from one to the other.
 _UNITS: tuple[tuple[str, str, str, float], ...] = (

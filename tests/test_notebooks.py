@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 from _helpers import REAL_BACKENDS
 
@@ -29,9 +30,9 @@ ids = [p.name for p in NOTEBOOKS]
 #: files, no varied input size) cannot support, and a phrase of the line each stops with.
 DEMO_STOPS = {
     "07_other_tools": "no other tools' files",
-    "09_clusters_partitions": "compares",
+    "09_clusters_partitions": "two or more clusters or partitions",
     "10_strong_weak": "weak",
-    "11_input_size": "input size",
+    "11_input_size": "--find-max",
 }
 #: Words that name an experiment other than the one opened.
 FOREIGN = ("sample_sweep", "sample_partitions", "data/sample", "shared/corpus")
@@ -360,5 +361,73 @@ def test_notebook_01_goes_on_without_dask(demo_experiment, monkeypatch, tmp_path
     assert stop is None
     text = _check_clean(nb, "01", stop)
     assert "Dask is not installed" in text and "scalescope[scale]" in text
-    assert "same table as per_rank" not in text, "the Dask cell ran although Dask was missing"
-    assert (demo_experiment / nbs.EXPORT_DIRNAME / "01_single_run").is_dir()
+    assert "same table as breakdown_per_rank" not in text, "the Dask cell ran although Dask was missing"
+    assert (demo_experiment / nbs.EXPORT_DIRNAME / "01_single_run_breakdown").is_dir()
+
+
+# ------------------------------------------------------------------ the report's numbers
+#: The cell appended to a notebook to hand its sections back: every Section it holds, by key.
+_DUMP = """
+import pickle as _pickle
+from analysis.studies import Section as _Section
+_secs = {v.key: [(n, df) for n, df, _ in v.tables] for v in list(globals().values()) if isinstance(v, _Section)}
+with open({out!r}, "wb") as _f:
+    _pickle.dump(_secs, _f)
+"""
+
+
+def _sample_of(path: Path) -> str | tuple[str, ...]:
+    """The ``sample=`` a notebook opens when nothing else is set."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        for node in ast.walk(ast.parse(cell.source)) if cell.cell_type == "code" else ():
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open_experiment":
+                return next(ast.literal_eval(k.value) for k in node.keywords if k.arg == "sample")
+    raise AssertionError(f"{path.name} opens no experiment")
+
+
+@pytest.fixture(scope="module")
+def report_tables():
+    """The report's sections per sample experiment (computed once each)."""
+    from analysis import report as R
+    from analysis.errors import recording
+
+    done: dict = {}
+
+    def get(dirs: tuple[Path, ...]) -> dict:
+        if dirs not in done:
+            with recording() as caught:
+                ctx = R.load(list(dirs))
+                done[dirs] = {s.key: s for s in R.run_studies(ctx, caught)}
+        return done[dirs]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem != "07_other_tools"],
+                         ids=[p.name for p in NOTEBOOKS if p.stem != "07_other_tools"])
+def test_notebook_tables_are_the_reports(path, report_tables, monkeypatch, tmp_path):
+    """Issue 32/35: a notebook and the report give the same tables for the same experiment.
+    The notebook runs on its sample (data/sample_sweep, or the data/sample_partitions
+    experiments it opens); every study it shows is compared, table by table, exactly, with
+    the report's section over the same experiment directories."""
+    import pickle
+
+    monkeypatch.delenv(nbs.ENV_VAR, raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "sections.pkl"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(_DUMP.format(out=str(out))))
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    shown = pickle.loads(out.read_bytes())
+    assert shown, f"{path.name} shows no study"
+    assert set(shown) <= set(nbs.STUDY_NOTEBOOKS) and all(path.stem in nbs.STUDY_NOTEBOOKS[k] for k in shown)
+    report = report_tables(nbs.resolve(None, sample=_sample_of(path)).dirs)
+    for key, tables in shown.items():
+        mine = report[key]
+        assert [n for n, _ in tables] == mine.table_names, key
+        for name, df in tables:
+            pd.testing.assert_frame_equal(df, mine.table(name), check_exact=True, obj=f"{path.stem}: {key}/{name}")

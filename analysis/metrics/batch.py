@@ -298,22 +298,26 @@ def time_to_target(curves: pd.DataFrame, *, target: float, metric: str = "val_lo
     Notes
     -----
     time_to_target = ``wall_s`` at the end of the first epoch with ``metric <= target``
-    (:func:`validation_curves`); runs that never reach it count in ``n_runs`` only.
+    (:func:`validation_curves`); epochs_to_target = the number of epochs the run had trained
+    by then (1: the target was reached in its first epoch), as the reference counts them,
+    whether the script numbers its epochs from 0 or from 1. Runs that never reach it count
+    in ``n_runs`` only.
 
     Examples
     --------
     >>> c = pd.DataFrame({"run_id": ["a", "a", "b", "b"], "lr_scaling": "none", "epoch": [0, 1, 0, 1],
     ...                   "wall_s": [1.0, 2.0, 1.5, 3.0], "val_loss": [0.2, 0.05, 0.3, 0.2]})
-    >>> time_to_target(c, target=0.1)[["n_runs", "n_reached", "time_to_target_s"]].values.tolist()
-    [[2.0, 1.0, 2.0]]
+    >>> time_to_target(c, target=0.1)[["n_runs", "n_reached", "time_to_target_s", "epochs_to_target"]].values.tolist()
+    [[2.0, 1.0, 2.0, 2.0]]
     """
     by = [c for c in by if c in curves.columns]
     require_columns(curves, ("run_id", "epoch", "wall_s", metric), "time_to_target")
     c = curves.sort_values(["run_id", "epoch"])
+    c = c.assign(_trained=c.groupby("run_id").cumcount() + 1)  # epochs trained, however the script numbers them
     hit = c[c[metric] <= target].groupby("run_id").head(1).set_index("run_id")
     per_run = c.groupby("run_id").head(1)[["run_id", *by]].copy()
     per_run["t"] = per_run["run_id"].map(hit["wall_s"])
-    per_run["e"] = per_run["run_id"].map(hit["epoch"])
+    per_run["e"] = per_run["run_id"].map(hit["_trained"])
     groups = per_run.groupby(by, sort=True, dropna=False) if by else [((), per_run)]
     rows = []
     for key, g in groups:

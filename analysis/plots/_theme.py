@@ -10,6 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.errors import ScalescopeError
+from analysis.metrics.gap import CAUSE_LABELS as _CAUSE_WORDS
+from analysis.metrics.gap import CAUSES
 
 #: Okabe-Ito colour-blind-safe palette (prints well in grey too).
 PALETTE: tuple[str, ...] = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
@@ -211,15 +213,9 @@ CAUSE_COLOURS: dict[str, str] = {
 }
 
 
-CAUSE_LABELS: dict[str, str] = {
-    "framework": "framework overhead (1 rank)",
-    "sync": "exposed sync",
-    "straggler": "waiting for the slowest rank",
-    "data": "data loading",
-    "contention": "CPU contention",
-    "compute": "compute",
-    "other": "other / idle",
-}
+#: The words of the scaling-gap causes, keyed as :data:`CAUSE_COLOURS`: the metrics' own
+#: (:data:`analysis.metrics.gap.CAUSE_LABELS`, one vocabulary for tables, figures and sentences).
+CAUSE_LABELS: dict[str, str] = {c.removesuffix("_s"): _CAUSE_WORDS[c] for c in CAUSES}
 
 
 def config_label(row: object, by: Sequence[str]) -> str:

@@ -60,7 +60,7 @@ def plot_validation(curves: pd.DataFrame, *, x: str = "epoch", metric: str = "va
         fig.add_trace(go.Scatter(x=g[x].tolist(), y=g[metric].tolist(), mode="lines+markers", name=label,
                                  hovertemplate=hover(metric.replace("_", " "), ".4g",
                                                      x="epoch %{x}" if x == "epoch" else "%{x:.1f} s")))
-    ylab = {"val_metric": "validation metric", "val_loss": "validation loss", "train_loss": "training loss"}
+    ylab = {"val_metric": "validation metric (val_metric)", "val_loss": "validation loss", "train_loss": "training loss"}
     fig.update_layout(title=title or f"{ylab.get(metric, metric)} against {'epochs' if x == 'epoch' else 'time'}")
     fig.update_xaxes(title_text="epoch" if x == "epoch" else "training time (s)")
     fig.update_yaxes(title_text=ylab.get(metric, metric) + " (as logged)")
@@ -116,7 +116,7 @@ def plot_batch_speedup(table: pd.DataFrame, *, by: str = "config_backend",
     fig.add_hline(y=1.0, line_dash="dot", line_color="#000000")
     fig.update_layout(title=title)
     fig.update_xaxes(title_text="batch size per rank (samples)", type="log")
-    fig.update_yaxes(title_text="speedup (×, T(reference batch) / T)", rangemode="tozero")
+    fig.update_yaxes(title_text="speedup (×, time per sample at the reference batch / at this batch)", rangemode="tozero")
     return apply_theme(fig)
 
 

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pandas as pd
 
 from analysis import metrics as M
 from analysis.errors import ScalescopeError
+from analysis.metrics.breakdown import WARMUP
+from analysis.metrics.stats import CONFIDENCE
 from analysis.runset import RunSet
+
+T = TypeVar("T")
 
 
 class Skip(Exception):
@@ -20,7 +25,9 @@ class Skip(Exception):
 
 @dataclass
 class Section:
-    """One study in the report."""
+    """One study's result: its intro, tables (name, table, caption), figures (name, figure),
+    notes, and why it was skipped (None when it ran). The report shows one per study; a
+    notebook shows the same object (:func:`analysis.studies.run_study`)."""
 
     key: str = ""  # key and title come from STUDIES
     title: str = ""
@@ -30,17 +37,77 @@ class Section:
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None
 
+    def table(self, name: str) -> pd.DataFrame:
+        """The table called ``name`` (KeyError listing the names this section has)."""
+        for n, df, _ in self.tables:
+            if n == name:
+                return df
+        raise KeyError(f"study {self.key!r} has no table {name!r}; it has {[n for n, _, _ in self.tables]}"
+                       + (f" (skipped: {self.skipped})" if self.skipped else ""))
+
+    def figure(self, name: str):
+        """The figure called ``name`` (KeyError listing the names this section has)."""
+        for n, fig in self.figures:
+            if n == name:
+                return fig
+        raise KeyError(f"study {self.key!r} has no figure {name!r}; it has {[n for n, _ in self.figures]}"
+                       + (f" (skipped: {self.skipped})" if self.skipped else ""))
+
+    @property
+    def table_names(self) -> list[str]:
+        return [n for n, _, _ in self.tables]
+
+    @property
+    def figure_names(self) -> list[str]:
+        return [n for n, _ in self.figures]
+
+
+#: The base case of the scaling studies unless asked otherwise: ``"auto"`` is the one-process
+#: run without a framework where the runs have one, else each configuration's run with the
+#: fewest ranks (docs/metrics.md, "Reporting rules"); ``"none"`` insists on the former,
+#: ``"min"`` takes the latter.
+BASELINE = "auto"
+BASELINES = ("auto", "none", "min")
+
 
 @dataclass
 class Context:
-    """The loaded experiment every study reads (:func:`analysis.report.load`), and the
-    intermediate tables studies share (``memo``)."""
+    """The loaded experiment every study reads (:meth:`from_runset`), the analysis options
+    (``warmup``: :data:`analysis.metrics.breakdown.WARMUP`'s rule for the steps dropped per
+    rank; ``confidence``: the level of every interval; ``baseline``: :data:`BASELINE`), and
+    the intermediate tables studies share (``memo``)."""
 
     rs: RunSet
     events: pd.DataFrame | None
     events_error: str | None
     per_run: pd.DataFrame
     cache: dict = field(default_factory=dict)
+    warmup: int | str | None = WARMUP
+    confidence: float = CONFIDENCE
+    baseline: str = BASELINE
+
+    @classmethod
+    def from_runset(cls, rs: RunSet, *, warmup: int | str | None = WARMUP, confidence: float = CONFIDENCE,
+                    baseline: str = BASELINE) -> Context:
+        """Read what the studies need from ``rs``: its events (or why they could not be read)
+        and the per-run table every study compares (:func:`analysis.metrics.run_summary`)."""
+        check_options(warmup=warmup, confidence=confidence, baseline=baseline)
+        events, events_error = None, None
+        try:
+            events = rs.events
+        except Exception as exc:
+            events_error = f"{type(exc).__name__}: {exc}"
+        try:
+            measured = None
+            if warmup != WARMUP and events is not None:  # the step measures with the asked warm-up
+                measured = M.measure_runs(events, rs.usable_runs(), epochs=rs.epochs, samples=rs.samples,
+                                          warmup=warmup)
+            per_run = M.run_summary(rs, measured=measured)
+        except Exception as exc:
+            per_run = pd.DataFrame(columns=[*M.scaling.RUN_META, "epoch_time_s", "throughput_samples_per_s",
+                                            "samples_per_epoch"])
+            events_error = events_error or f"epoch metrics unreadable: {exc}"
+        return cls(rs, events, events_error, per_run, warmup=warmup, confidence=confidence, baseline=baseline)
 
     def need_events(self) -> pd.DataFrame:
         if self.events is None:
@@ -53,6 +120,17 @@ class Context:
         return self.cache[key]
 
 
+def check_options(*, warmup: object, confidence: object, baseline: object) -> None:
+    """ScalescopeError naming the option when an analysis option has no meaning."""
+    if not (warmup is None or warmup == "auto" or (isinstance(warmup, int) and not isinstance(warmup, bool)
+                                                   and warmup >= 0)):
+        raise ScalescopeError(f"warmup: {warmup!r} is not 'auto' or a number of steps >= 0")
+    if not (isinstance(confidence, float) and 0 < confidence < 1):
+        raise ScalescopeError(f"confidence: {confidence!r} is not a level between 0 and 1 (e.g. 0.95)")
+    if baseline not in BASELINES:
+        raise ScalescopeError(f"baseline: {baseline!r} is not one of {', '.join(BASELINES)}")
+
+
 def usable_runs(ctx: Context) -> pd.DataFrame:
     return ctx.rs.usable_runs()
 
@@ -61,10 +139,10 @@ def full_step_breakdown(ctx: Context) -> pd.DataFrame:
     """The step breakdown of the kept full steps (the unit of every study, docs/metrics.md)."""
     def make():
         ev = ctx.need_events()
-        b = M.time_breakdown(ev, level="step")
+        b = M.time_breakdown(ev, level="step", warmup=ctx.warmup)
         if b.empty:
             raise Skip("no run has training-phase records (kind 'phase') in its traces")
-        st = M.step_table(ev, runs=usable_runs(ctx), epochs=ctx.rs.epochs)
+        st = M.step_table(ev, runs=usable_runs(ctx), epochs=ctx.rs.epochs, warmup=ctx.warmup)
         full = st.loc[st["full"], ["run_id", "rank", "epoch", "step"]]
         return b.merge(full, on=["run_id", "rank", "epoch", "step"], how="inner")
 
@@ -112,14 +190,39 @@ def scaling_and_base(ctx: Context) -> tuple[pd.DataFrame, str]:
         if pr.empty:
             raise Skip("no run has epoch metrics (rank-*.epochs.jsonl)")
         by = config_by(ctx)
-        if (pr["framework"] == "none").any():
-            try:
-                return M.scaling_table(pr, baseline="none", by=by, match=baseline_match(ctx)), baseline_text(ctx)
-            except ScalescopeError:
-                pass
-        return M.scaling_table(pr, baseline="min", by=by), "each configuration's run with the fewest ranks"
+        table, used = with_baseline(ctx, lambda b: M.scaling_table(pr, baseline=b, by=by, match=baseline_match(ctx),
+                                                                     confidence=ctx.confidence))
+        return table, (baseline_text(ctx) if used == "none" else "each configuration's run with the fewest ranks")
 
     return ctx.memo("scaling", make)
+
+
+def level(ctx: Context) -> str:
+    """The confidence level of the intervals, as the texts say it ("95 %")."""
+    return f"{ctx.confidence * 100:g} %"
+
+
+def with_baseline(ctx: Context, compute: Callable[[str], T]) -> tuple[T, str]:
+    """``compute(baseline)`` against the base case ``ctx.baseline`` asks for, and which one
+    (``"none"`` or ``"min"``): ``"auto"`` takes the run without a framework where the runs
+    have one and falls back to each configuration's fewest ranks where that fails; a base
+    case asked for explicitly that the runs do not have skips the study saying why."""
+    pr = ctx.per_run
+    if ctx.baseline == "auto":
+        order = ["none", "min"] if (pr["framework"] == "none").any() else ["min"]
+    else:
+        order = [ctx.baseline]
+    for b in order[:-1]:
+        try:
+            return compute(b), b
+        except ScalescopeError:
+            pass
+    if ctx.baseline == "auto":
+        return compute(order[-1]), order[-1]
+    try:
+        return compute(order[-1]), order[-1]
+    except ScalescopeError as exc:
+        raise Skip(f"baseline {ctx.baseline!r}: {exc}") from None
 
 
 def runs_mode(ctx: Context) -> tuple[str, list[str]]:
@@ -152,7 +255,7 @@ def reporting_notes(ctx: Context, base: str) -> list[str]:
              f"Scaling mode from the runs: {MODE_WORDS.get(mode, mode)}. Speedup = throughput ratio "
              "X(n)/X(n0) and efficiency = speedup · n0/n in every mode and every study.",
              f"Unit of work: {unit}. Summarised by the mean over repeats of each run's mean (outlier "
-             "repeats left out and named); intervals: 95 % delta-method t intervals over the repeats of "
+             "repeats left out and named); intervals: " f"{level(ctx)} delta-method t intervals over the repeats of "
              "both sides, the baseline included (docs/metrics.md, \"Reporting rules\"); fewer than 3 repeats "
              "on a side: no interval, the individual runs are shown."]
     return [*notes, *(f"Warning: {w}" for w in warn)]
@@ -160,7 +263,7 @@ def reporting_notes(ctx: Context, base: str) -> list[str]:
 
 def sync_cost(ctx: Context) -> pd.DataFrame:
     def make():
-        s = M.sync_times(ctx.need_events(), keep_warmup=True)
+        s = M.sync_times(ctx.need_events(), keep_warmup=True, warmup=ctx.warmup)
         if s.empty:
             raise Skip("no gradient synchronisation records (no 'sync' phase or DDP comm-hook records)")
         return M.sync_cost(s, runs=usable_runs(ctx))

@@ -14,6 +14,7 @@ from analysis.studies._base import (
     Section,
     Skip,
     comm_paths,
+    level,
     need_distinct,
     sync_cost,
     usable_runs,
@@ -72,13 +73,13 @@ def study_backends(ctx: Context) -> Section:
         sync = sync_cost(ctx)
     except Skip:
         sync = None
-    t = _with_comm_path(M.backend_comparison(fw, sync=sync), usable_runs(ctx))
+    t = _with_comm_path(M.backend_comparison(fw, sync=sync, confidence=ctx.confidence), usable_runs(ctx))
     shared = t.groupby(["batch_size", "n_ranks", "n_nodes"], dropna=False)["config_backend"].transform("nunique")
     if (shared < 2).all():
         raise Skip("no configuration (batch size, ranks, nodes) was run with two backends")
     sec.figures.append(("backends", P.plot_backends(t)))
     sec.tables.append(("backends", t, "relative_time = time per sample / the fastest backend's on the same "
-                                      "configuration, with its 95 % interval; relative_time_verdict: is the "
+                                      f"configuration, with its {level(ctx)} interval; relative_time_verdict: is the "
                                       "difference from the fastest distinguishable from noise; comm_path = "
                                       "what the backend's communication used (NCCL logs, or the manifest)."))
     return sec

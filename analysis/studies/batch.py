@@ -12,6 +12,7 @@ from analysis.studies._base import (
     Section,
     Skip,
     grouped,
+    level,
     placement_axes,
     usable_runs,
 )
@@ -28,10 +29,10 @@ def study_batch(ctx: Context) -> Section:
         sec.figures.append(("batch_size", P.plot_batch_size(t, by=by)))
         sec.tables.append(("batch_size", t, grouped(by, "One rank.")))
         one = pr[pr["n_ranks"] == 1]
-        cmp = M.compare_groups(one, axis="batch_size", keys=(*by, "n_ranks"))
+        cmp = M.compare_groups(one, axis="batch_size", keys=(*by, "n_ranks"), confidence=ctx.confidence)
         if len(cmp):
             sec.tables.append(("batch_size_compare", cmp, grouped(by, "Time per sample of each batch size against "
-                                                                      "the smallest, one rank: ratio, 95 % "
+                                                                      f"the smallest, one rank: ratio, {level(ctx)} "
                                                                       "interval, verdict.")))
         got = True
     else:
@@ -43,6 +44,9 @@ def study_batch(ctx: Context) -> Section:
         curves = curves[curves["val_metric"].notna()]
         sec.figures.append(("validation_epochs", P.plot_validation(curves, x="epoch")))
         sec.figures.append(("validation_time", P.plot_validation(curves, x="wall_s")))
+        sec.notes.append("The validation figures show each run's val_metric as its script logged it (the bundled "
+                         "example logs 1 - validation MSE / the mean predictor's MSE: higher is better), not a "
+                         "loss; the validation loss (MSE) is in the learning-rate figures.")
         got = True
     if not got:
         raise Skip("needs two batch sizes at one rank or validation metrics")

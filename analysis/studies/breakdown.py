@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from analysis import metrics as M
 from analysis import plots as P
 from analysis.studies._base import (
     Context,
     Section,
     breakdown_by_ranks,
+    usable_runs,
 )
 
 
@@ -18,15 +21,16 @@ def study_breakdown(ctx: Context) -> Section:
     sec.figures.append(("breakdown", P.plot_breakdown(b)))
     sec.tables.append(("breakdown_by_ranks", b, "Full steps after warm-up, pooled over ranks and repeats, per "
                                                 "configuration and batch size; times are per step."))
-    per_rank = M.time_breakdown(ctx.need_events(), level="rank")
+    per_rank = M.time_breakdown(ctx.need_events(), level="rank", warmup=ctx.warmup)
     sec.tables.append(("breakdown_per_rank", per_rank, "Per run and rank."))
     ev = ctx.need_events()
-    hv = M.horovod_allreduce(ev)
+    _one_run(ctx, sec, per_rank, ev)
+    hv = M.horovod_allreduce(ev, warmup=ctx.warmup)
     if len(hv):
         sec.figures.append(("horovod_allreduce", P.plot_allreduce_activity(hv)))
         sec.tables.append(("horovod_allreduce", hv, "Horovod timeline activity (fusion duplicates removed on "
                                                      "(name, start)); overlap with rank 0's backward phases."))
-    dd = M.ddp_comm_overlap(ev)
+    dd = M.ddp_comm_overlap(ev, warmup=ctx.warmup)
     if len(dd):
         sec.tables.append(("ddp_comm_overlap", dd, "DDP bucket allreduces (comm hook) and their overlap with "
                                                    "backward."))
@@ -45,3 +49,22 @@ def study_breakdown(ctx: Context) -> Section:
         sec.notes.append("No GPU kernel traces (Kineto / nsys) in this experiment: the GPU temporal breakdown "
                          "is not shown.")
     return sec
+
+
+def _one_run(ctx: Context, sec: Section, per_rank: pd.DataFrame, ev: pd.DataFrame) -> None:
+    """The per-rank shares and a few steps on a timeline of one run: the one with the most
+    ranks, Horovod first, then DDP (notebook 01's run)."""
+    runs = usable_runs(ctx)
+    if runs.empty:
+        return
+    order = runs.assign(_fw=runs["framework"].map({"horovod": 0, "ddp": 1}).fillna(2))
+    run_id = str(order.sort_values(["n_ranks", "_fw"], ascending=[False, True])["run_id"].iloc[0])
+    mine = per_rank[per_rank["run_id"].astype(str) == run_id]
+    if len(mine):
+        sec.figures.append(("breakdown_one_run", P.plot_breakdown(mine.assign(config_backend=run_id), x="rank",
+                                                                  title=f"Step time per rank: {run_id}")))
+    events = ev[ev["run_id"].astype(str) == run_id]
+    if len(events):
+        sec.figures.append(("timeline", P.plot_timeline(events)))
+    sec.notes.append(f"Per-rank shares and timeline of one run: {run_id} (the run with the most ranks, Horovod "
+                     "first, then DDP).")

@@ -13,6 +13,7 @@ from analysis.studies._base import (
     Section,
     Skip,
     grouped,
+    level,
     usable_runs,
 )
 
@@ -29,7 +30,7 @@ def study_clusters(ctx: Context) -> Section:
     sec = Section(intro="The same workload on several clusters or partitions: speedup of each against one "
                   "baseline (the first partition's one-process run without a framework, as the reference study "
                   "measured every partition against one baseline), the fitted speedup per added rank with its "
-                  "95 % interval, and where each partition's ranks spill onto another node.")
+                  f"{level(ctx)} interval, and where each partition's ranks spill onto another node.")
     pr = ctx.per_run
     axis = _placement_axis(pr)
     first = sorted(pr[axis].dropna().unique())[0]
@@ -42,13 +43,13 @@ def study_clusters(ctx: Context) -> Section:
     by = (axis, *(c for c in M.config_by(pr) if c != axis))
     match = M.baseline_match(by)
     try:
-        table = M.scaling_table(pr, baseline=base, by=by, match=match)
+        table = M.scaling_table(pr, baseline=base, by=by, match=match, confidence=ctx.confidence)
         points = M.run_speedups(pr, baseline=base, by=by, match=match)
     except ScalescopeError as exc:
         raise Skip(str(exc)) from None
     sec.notes.append(f"Baseline: {', '.join(f'{k}={v}' for k, v in base.items())}.")
     fw = table[table["framework"] != "none"]
-    fit = M.fit_speedup(points[points["framework"] != "none"], by=by)
+    fit = M.fit_speedup(points[points["framework"] != "none"], by=by, confidence=ctx.confidence)
     bounds = M.node_boundaries(usable_runs(ctx), by=(axis,))
     lines = tuple(c for c in by if c not in ("inject",))
     sec.figures.append(("clusters_scaling", P.plot_scaling(fw, fit=fit, boundaries=bounds, by=lines,
@@ -63,12 +64,13 @@ def study_clusters(ctx: Context) -> Section:
             if c in pr.columns]
     sec.tables.append(("clusters_what_differs", pr[[axis, *[c for c in what if c != axis]]].drop_duplicates()
                        .sort_values(axis).reset_index(drop=True), f"What each {axis} is, as recorded."))
-    cmp = M.compare_groups(pr, axis=axis, keys=(*(c for c in by if c not in (axis, "experiment")), "n_ranks"))
+    cmp = M.compare_groups(pr, axis=axis, keys=(*(c for c in by if c not in (axis, "experiment")), "n_ranks"),
+                           confidence=ctx.confidence)
     if len(cmp):
         sec.tables.append(("clusters_compare", cmp, f"Time per sample of each {axis} against {first} on the same "
-                                                    "configuration: ratio, 95 % interval, verdict."))
+                                                    f"configuration: ratio, {level(ctx)} interval, verdict."))
     try:
-        own = M.scaling_table(pr, baseline="none", by=by, match=match)
+        own = M.scaling_table(pr, baseline="none", by=by, match=match, confidence=ctx.confidence)
         sec.tables.append(("clusters_own_baseline", own, grouped(by, f"Each {axis} against its own one-process "
                                                                      "run.")))
     except ScalescopeError as exc:

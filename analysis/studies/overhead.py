@@ -11,13 +11,14 @@ from analysis.studies._base import (
     baseline_text,
     config_by,
     grouped,
+    level,
     placement_axes,
 )
 
 
 def study_overhead(ctx: Context) -> Section:
     sec = Section(intro="Time per sample of the one-rank Horovod / DDP run against the run without a framework "
-                  "(overhead = t(framework, 1 rank) / t(baseline) - 1, means over repeats, 95 % interval over "
+                  f"(overhead = t(framework, 1 rank) / t(baseline) - 1, means over repeats, {level(ctx)} interval over "
                   "both sides' repeats).")
     pr = ctx.per_run
     if not (pr["framework"] == "none").any():
@@ -28,7 +29,8 @@ def study_overhead(ctx: Context) -> Section:
     batch = M.batch_key(pr)
     # the baseline shares the batch and every axis the runs differ on (the one grouping rule)
     t = M.framework_overhead(pr, by=tuple(c for c in by if c not in (batch, "inject")),
-                             match=tuple(c for c in M.baseline_match(by) if c == batch or c in placement_axes(ctx)))
+                             match=tuple(c for c in M.baseline_match(by) if c == batch or c in placement_axes(ctx)),
+                             confidence=ctx.confidence)
     t = t[t["n_baseline_runs"] > 0]
     if t.empty:
         raise Skip("no one-rank framework run has a baseline with the same batch size")

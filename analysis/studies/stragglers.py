@@ -20,7 +20,7 @@ def study_stragglers(ctx: Context) -> Section:
     multi_ids = set(multi.loc[multi["n_ranks"] > 1, "run_id"])
     got = False
     ph = ev[ev["run_id"].astype(object).isin(multi_ids)]
-    per_step = M.phase_stragglers(ph)
+    per_step = M.phase_stragglers(ph, warmup=ctx.warmup)
     if len(per_step):
         summ = M.straggler_summary(per_step)
         sec.figures.append(("stragglers", P.plot_stragglers(summ)))

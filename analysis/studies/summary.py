@@ -5,16 +5,17 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import metrics as M
-from analysis.errors import ScalescopeError
 from analysis.studies._base import (
     Context,
     Section,
     baseline_match,
     config_by,
     grouped,
+    level,
     reporting_notes,
     scaling_and_base,
     thread_notes,
+    with_baseline,
 )
 
 
@@ -23,18 +24,14 @@ def _runs_table(ctx: Context) -> pd.DataFrame:
     shown where fewer than 3 repeats allow no interval)."""
     pr = ctx.per_run
     by = config_by(ctx)
-    try:
-        pts = M.run_speedups(pr, baseline="none" if (pr["framework"] == "none").any() else "min", by=by,
-                             match=baseline_match(ctx))
-    except ScalescopeError:
-        pts = M.run_speedups(pr, baseline="min", by=by)
+    pts, _ = with_baseline(ctx, lambda b: M.run_speedups(pr, baseline=b, by=by, match=baseline_match(ctx)))
     cols = [c for c in ("run_id", *by, "n_ranks", "repeat", "time_per_sample_s", "speedup", "efficiency_frac",
                         "outlier") if c in pts.columns]
     return pts[cols].sort_values([c for c in (*by, "n_ranks", "repeat") if c in pts.columns]).reset_index(drop=True)
 
 
 def study_summary(ctx: Context) -> Section:
-    sec = Section(intro="Speedup and efficiency against the base case with their 95 % intervals and verdicts, and the "
+    sec = Section(intro=f"Speedup and efficiency against the base case with their {level(ctx)} intervals and verdicts, and the "
                   "share of the step spent in exposed gradient synchronisation and in data loading, per "
                   "configuration and rank count. The same numbers as in \"Why not ideal?\" (one definition, "
                   "docs/metrics.md).")

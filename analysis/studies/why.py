@@ -16,6 +16,7 @@ from analysis.studies._base import (
     baseline_text,
     config_by,
     grouped,
+    level,
     thread_notes,
     usable_runs,
 )
@@ -29,12 +30,13 @@ def _loss(ctx: Context) -> tuple[pd.DataFrame, str]:
         if measured is not None and measured.empty:
             measured = None
         kw = {"by": tuple(c for c in config_by(ctx) if c != "inject"), "match": baseline_match(ctx),
-              "epochs": ctx.rs.epochs, "measured": measured}
-        try:
-            return M.scaling_loss(ev, runs, **kw), baseline_text(ctx)
-        except ScalescopeError as exc:
-            if "no baseline runs" not in str(exc):
-                raise Skip(str(exc)) from None
+              "epochs": ctx.rs.epochs, "measured": measured, "warmup": ctx.warmup, "confidence": ctx.confidence}
+        if ctx.baseline != "min":
+            try:
+                return M.scaling_loss(ev, runs, **kw), baseline_text(ctx)
+            except ScalescopeError as exc:
+                if "no baseline runs" not in str(exc) or ctx.baseline == "none":
+                    raise Skip(str(exc)) from None
         try:
             return M.scaling_loss(ev, runs, baseline="min", **kw), (
                 "each configuration's one-rank run (no baseline without a framework: framework overhead not "
@@ -51,7 +53,7 @@ def study_why(ctx: Context) -> Section:
                   "to it: the framework's overhead at one rank, exposed gradient synchronisation, waiting for the "
                   "slowest rank, data loading, CPU contention (compute grown where the cores are oversubscribed), "
                   "compute grown against the one-rank run, and the rest (docs/metrics.md, \"Why not ideal?\"). "
-                  "Means per full step over ranks and repeats, warm-up dropped; 95 % intervals over the repeats of "
+                  f"Means per full step over ranks and repeats, warm-up dropped; {level(ctx)} intervals over the repeats of "
                   "every side, the baseline included; a cause is named only when it is distinguishable from noise.")
     loss, base = _loss(ctx)
     sec.notes.append(f"Ideal: {base}; reference for the one-rank overhead: {loss.attrs.get('reference')}. "
@@ -74,7 +76,7 @@ def study_why(ctx: Context) -> Section:
     sec.tables.append(("why_not_ideal", t, grouped(config_by(ctx), "Seconds per full step; causes sum to gap_s; "
                                                                "efficiency = ideal_step_s / measured_step_s; X_verdict: "
                                                                "cause X against 0 (efficiency: against 1).")))
-    w = M.warmup_summary(ctx.need_events())
+    w = M.warmup_summary(ctx.need_events(), warmup=ctx.warmup)
     if len(w):
         dropped = int(w["n_warmup"].sum())
         sec.notes.append(f"Warm-up (rule 'auto': until the step time settles, docs/metrics.md): {dropped} of "

@@ -93,6 +93,16 @@ def test_time_to_target_per_rule():
     assert t.loc["none", "time_to_target_s"] == pytest.approx(3.0)
 
 
+def test_epochs_to_target_counts_the_epochs_trained():
+    """The reference's count (reached in the first epoch: 1), whether the script numbers its
+    epochs from 0 or from 1 (issue 35.7: it was the 0-based epoch index)."""
+    from_0 = M.time_to_target(_curves(), target=0.039).set_index("lr_scaling")
+    from_1 = M.time_to_target(_curves().assign(epoch=lambda d: d["epoch"] + 1), target=0.039).set_index("lr_scaling")
+    # linear: 0.1/(2(e+1)) <= 0.039 from e = 1 (the second epoch) in both repeats
+    assert from_0.loc["linear", "epochs_to_target"] == 2 == from_1.loc["linear", "epochs_to_target"]
+    assert from_0.loc["none", "epochs_to_target"] == 3 == from_1.loc["none", "epochs_to_target"]
+
+
 def test_batch_speedup_and_equal_effective_batch():
     pr = pd.DataFrame({"run_id": ["a", "b", "c"], "config_backend": ["baseline", "baseline", "ddp-gloo"],
                        "framework": ["none", "none", "ddp"], "n_ranks": [1, 1, 2], "batch_size": [75, 150, 75],
