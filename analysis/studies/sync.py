@@ -24,11 +24,12 @@ def study_sync(ctx: Context) -> Section:
                   "growing cost of each. Warm-up steps dropped; definitions in docs/metrics.md.")
     cost = sync_cost(ctx)
     runs = usable_runs(ctx)
-    missing = [c for c in placement_axes(ctx) if c not in cost.columns and c in runs.columns]
+    batch = M.batch_key(ctx.per_run)
+    missing = [c for c in (*placement_axes(ctx), batch) if c not in cost.columns and c in runs.columns]
     if missing:  # every axis the runs differ on keeps its own lines (the one grouping rule)
         cost = cost.merge(runs[["run_id", *missing]].astype({"run_id": cost["run_id"].dtype}), on="run_id", how="left")
     axes = [c for c in placement_axes(ctx) if c in cost.columns]
-    by = ("config_backend", "batch_size", *axes)
+    by = ("config_backend", batch, *axes)
     scal = M.sync_scaling(cost, by=by)
     if axes:
         scal = scal.assign(config=[", ".join("–" if pd.isna(v) else str(v) for v in row)
