@@ -38,3 +38,43 @@ def test_the_two_batch_options_exclude_each_other(tmp_path, capsys):
                      "--out", str(tmp_path / "e"), "--dry-run", "--", "python", "train.py"])
     assert rc == 2
     assert "--batch-size and --global-batch-size exclude each other" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_fixed_global_batch_sweep_end_to_end(tmp_path):
+    """The example at 1 and 2 ranks with the global batch fixed at 60 and 120: each run trained
+    with G / ranks per rank (its manifest's batch), and the analysis groups by the global batch,
+    so the 2-rank runs are compared with the baseline of the same global batch."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from analysis import metrics as M
+    from analysis.runset import RunSet
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "gbs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "instrumentation.sweep", "--np", "1,2", "--global-batch-size", "60,120",
+         "--backend", "ddp-gloo", "--baseline", "--threads", "1", "--timeout", "180", "--out", str(out), "--",
+         "python", "examples/strain_stress.py", "--epochs", "1", "--samples", "600", "--data-dir",
+         str(tmp_path / "data"), "--device", "cpu"],
+        capture_output=True, text=True, cwd=root, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads((out / "experiment.json").read_text())["runs"]
+    assert sorted(r["run_id"] for r in runs) == sorted(
+        [f"baseline_np1_gbs{g}_r1" for g in (60, 120)] + [f"ddp-gloo_np{n}_gbs{g}_r1" for n in (1, 2) for g in (60, 120)])
+    rs = RunSet.from_dirs([out])
+    r = rs.runs.set_index("run_id")
+    assert (r["batch_mode"] == "global").all()
+    assert r.loc["ddp-gloo_np2_gbs120_r1", "batch_size"] == 60 and r.loc["ddp-gloo_np2_gbs120_r1", "global_batch_size"] == 120
+    pr = M.run_summary(rs)
+    by = M.config_by(pr)
+    assert by == ("config_backend", "global_batch_size")
+    sp = M.run_speedups(pr, baseline="none", by=by, match=M.baseline_match(by))
+    two = sp[sp["run_id"] == "ddp-gloo_np2_gbs120_r1"]
+    base = pr.set_index("run_id").loc["baseline_np1_gbs120_r1", "time_per_sample_s"]
+    assert two["efficiency_frac"].item() == pytest.approx(base / two["time_per_sample_s"].item())
+    t = M.batch_by_ranks(pr, by=("config_backend",))
+    assert set(t.loc[t["n_ranks"] == 2, "batch_size"]) == {30, 60}
