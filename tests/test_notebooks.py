@@ -371,7 +371,7 @@ _DUMP = """
 import pickle as _pickle
 from analysis.studies import Section as _Section
 _secs = {v.key: [(n, df) for n, df, _ in v.tables] for v in list(globals().values()) if isinstance(v, _Section)}
-with open({out!r}, "wb") as _f:
+with open(OUT, "wb") as _f:
     _pickle.dump(_secs, _f)
 """
 
@@ -417,7 +417,7 @@ def test_notebook_tables_are_the_reports(path, report_tables, monkeypatch, tmp_p
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     out = tmp_path / "sections.pkl"
     nb = nbformat.read(path, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(_DUMP.format(out=str(out))))
+    nb.cells.append(nbformat.v4.new_code_cell(_DUMP.replace("OUT", repr(str(out)))))
     from nbclient import NotebookClient
 
     NotebookClient(nb, timeout=600, kernel_name="python3",
