@@ -39,7 +39,8 @@ def read_bench(bench_dir: str | os.PathLike[str]) -> pd.DataFrame:
 
 def predictions(fit: pd.DataFrame, *, nbytes: float, n_ranks=PREDICT_RANKS,
                 ranks_per_node: int = RANKS_PER_NODE) -> pd.DataFrame:
-    """Per backend, the allreduce time of ``nbytes`` by the ring and the two-level model.
+    """Per backend, the allreduce time of ``nbytes`` by each model of
+    :data:`analysis.metrics.model.ALLREDUCE_MODELS` (one-shot, ring, tree, two-level).
 
     Returns
     -------
@@ -49,7 +50,7 @@ def predictions(fit: pd.DataFrame, *, nbytes: float, n_ranks=PREDICT_RANKS,
     """
     out = []
     for backend, links in fit.groupby("backend", sort=True):
-        for model in ("ring", "two-level"):
+        for model in M.ALLREDUCE_MODELS:
             p = M.allreduce_time(links, n_ranks=n_ranks, nbytes=nbytes, ranks_per_node=ranks_per_node, model=model)
             p.insert(0, "backend", backend)
             out.append(p)

@@ -90,6 +90,7 @@ RUN_COLUMNS: dict[str, str] = {
     "repeat": "Int64",
     "epochs": "Int64",
     "scaling": "object",
+    "batch_mode": "object",
     "data_scale": "Int64",
     "dataset_size": "Int64",
     "time_budget_s": "float64",
@@ -316,6 +317,8 @@ def _run_row(experiment: str | None, entry: dict, run_dir: Path | None, manifest
         "repeat": config.get("repeat"),
         "epochs": m.get("epochs"),
         "scaling": config.get("scaling") or "strong",
+        # per_rank: --batch-size fixed the batch per rank; global: --global-batch-size fixed the global batch
+        "batch_mode": config.get("batch_mode") or "per_rank",
         "data_scale": m.get("data_scale", config.get("data_scale", 1)),
         "dataset_size": m.get("dataset_size"),
         "time_budget_s": m.get("time_budget_s"),

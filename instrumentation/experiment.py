@@ -124,6 +124,9 @@ class RunSpec:
     threads: int | None = None
     #: ``shared``: the process runs in the sweep's directory (the default); ``run``: in ``<run_dir>/work``
     cwd: str = "shared"
+    #: ``--global-batch-size G``: the global batch held fixed (``batch_size`` = G / ``np``); None:
+    #: the per-rank batch is fixed (``--batch-size``, the default mode)
+    global_batch: int | None = None
 
     @property
     def framework(self) -> str:
@@ -136,7 +139,9 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         parts = [self.backend, f"np{self.np}"]
-        if self.batch_size is not None:
+        if self.global_batch is not None:
+            parts.append(f"gbs{self.global_batch}")
+        elif self.batch_size is not None:
             parts.append(f"bs{self.batch_size}")
         parts += [f"{_slug(k)}{_slug(v)}" for k, v in self.vary]
         if self.scaling == "weak":
@@ -164,6 +169,9 @@ class RunSpec:
         if self.scaling != "strong":
             cfg["scaling"] = self.scaling
             cfg["data_scale"] = self.data_scale
+        if self.global_batch is not None:
+            cfg["batch_mode"] = "global"
+            cfg["global_batch_size"] = self.global_batch
         return cfg
 
     @property
@@ -186,7 +194,8 @@ class RunSpec:
                    tuple((str(k), str(v)) for k, v in (cfg.get("vary") or {}).items()),
                    tuple((str(k), str(v)) for k, v in (cfg.get("labels") or {}).items()),
                    str(cfg.get("scaling") or "strong"),
-                   None if threads in (None, "auto") else int(threads), str(cfg.get("cwd") or "shared"))
+                   None if threads in (None, "auto") else int(threads), str(cfg.get("cwd") or "shared"),
+                   int(cfg["global_batch_size"]) if cfg.get("batch_mode") == "global" else None)
 
 
 def _slug(value: str) -> str:
@@ -214,6 +223,7 @@ def plan_runs(
     scaling: str = "strong",
     threads: int | None = None,
     cwd: str = "shared",
+    global_batches: Sequence[int] = (),
 ) -> list[RunSpec]:
     """Every run of a sweep, in launch order.
 
@@ -222,6 +232,9 @@ def plan_runs(
     baseline (one process, no framework) comes first, then each backend at each rank count.
     ``labels`` go into every run's configuration; ``scaling="weak"`` grows the dataset with
     the rank count. ``threads`` (``--threads``) and ``cwd`` (``--cwd``) go into every run.
+    ``global_batches`` (``--global-batch-size``) replace ``batch_sizes``: the global batch G is
+    held fixed and each run's per-rank batch is G / ranks (the baseline's is G); a G that a rank
+    count does not divide is refused (ValueError naming both), never rounded.
     """
     if scaling not in ("strong", "weak"):
         raise ValueError(f"--scaling must be strong or weak, not {scaling!r}")
@@ -236,6 +249,8 @@ def plan_runs(
     _check_printable(vary, labels)
     names = [n for n, _ in vary]
     combos = list(itertools.product(*[vals for _, vals in vary])) or [()]
+    if global_batches:
+        return _plan_global(nps, backends, global_batches, repeats, baseline, names, combos, extra)
     plan: list[RunSpec] = []
     for r in range(1, repeats + 1):
         for bs in batch_sizes:
@@ -246,6 +261,29 @@ def plan_runs(
                 for backend in backends:
                     for n in nps:
                         plan.append(RunSpec(backend, n, bs, r, v, **extra))
+    _check_unique(plan)
+    return plan
+
+
+def _plan_global(nps: Sequence[int], backends: Sequence[str], global_batches: Sequence[int], repeats: int,
+                 baseline: bool, names: Sequence[str], combos: Sequence[tuple], extra: dict) -> list[RunSpec]:
+    """:func:`plan_runs` with the global batch fixed: per-rank batch G / ranks, in the same order."""
+    bad = [(g, n) for g in global_batches for n in ([*nps, 1] if baseline else nps) if g % n]
+    if bad:
+        g, n = bad[0]
+        raise ValueError(f"--global-batch-size {g} does not divide by {n} rank(s) ({g}/{n} = {g / n:g}): the "
+                         "per-rank batch would differ between ranks; choose a global batch that every --np value "
+                         "divides (their least common multiple's multiples)")
+    plan: list[RunSpec] = []
+    for r in range(1, repeats + 1):
+        for g in global_batches:
+            for combo in combos:
+                v = tuple(zip(names, combo, strict=True))
+                if baseline:
+                    plan.append(RunSpec("baseline", 1, g, r, v, **extra, global_batch=g))
+                for backend in backends:
+                    for n in nps:
+                        plan.append(RunSpec(backend, n, g // n, r, v, **extra, global_batch=g))
     _check_unique(plan)
     return plan
 

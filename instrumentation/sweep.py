@@ -65,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", default=None, metavar="B1,B2",
                         help="comma-separated per-rank batch sizes, passed as SCALESCOPE_BATCH_SIZE "
                              "(default: the script's own)")
+    parser.add_argument("--global-batch-size", default=None, metavar="G1,G2",
+                        help="comma-separated global batch sizes held fixed across rank counts (instead of "
+                             "--batch-size): each run's per-rank batch is G / ranks; a G that a rank count does "
+                             "not divide is refused")
     parser.add_argument("--backend", default="horovod-gloo", metavar="B1,B2",
                         help="comma-separated backends: " + ", ".join(list(BACKENDS)[:-1])
                              + " (default horovod-gloo); empty with --baseline for baseline runs only")
@@ -175,6 +179,11 @@ def _plan(args: argparse.Namespace) -> list[RunSpec]:
     nps = _int_list(args.np, what="--np")
     batch_sizes: list[int | None] = (
         list(_int_list(args.batch_size, what="--batch-size")) if args.batch_size else [None])
+    global_batches = (_int_list(args.global_batch_size, what="--global-batch-size")
+                      if getattr(args, "global_batch_size", None) else [])
+    if global_batches and args.batch_size:
+        raise ValueError("--batch-size and --global-batch-size exclude each other: the first fixes the "
+                         "per-rank batch, the second the global batch")
     backends = [b.strip() for b in (args.backend or "").split(",") if b.strip()]
     if not backends and not args.baseline:
         raise ValueError("no backend given (and no --baseline)")
@@ -193,7 +202,7 @@ def _plan(args: argparse.Namespace) -> list[RunSpec]:
     return plan_runs(nps=nps, backends=backends, batch_sizes=batch_sizes, repeats=args.repeats,
                      baseline=args.baseline, vary=vary, labels=_parse_labels(getattr(args, "label", [])),
                      scaling=getattr(args, "scaling", "strong"), threads=threads,
-                     cwd=getattr(args, "cwd", "shared") or "shared")
+                     cwd=getattr(args, "cwd", "shared") or "shared", global_batches=global_batches)
 
 
 def _check_out(out: Path, args: argparse.Namespace, plan: Sequence[RunSpec] = ()) -> None:

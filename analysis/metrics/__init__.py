@@ -9,6 +9,7 @@ from __future__ import annotations
 from analysis.metrics._mapping import maps_over
 from analysis.metrics.backend import backend_comparison
 from analysis.metrics.batch import (
+    batch_by_ranks,
     batch_size_epoch_time,
     batch_speedup,
     equal_batch_comparison,
@@ -39,9 +40,17 @@ from analysis.metrics.collectives import (
 )
 from analysis.metrics.fusion import dedupe_fused
 from analysis.metrics.gap import explain_loss, rank_step_parts, scaling_loss
+from analysis.metrics.grouping import baseline_match, batch_key, config_by, grouped_by, study_axes
 from analysis.metrics.measures import measure_runs, scaling_mode, select_baseline, step_table
-from analysis.metrics.memory import compute_update_breakdown, peak_memory
+from analysis.metrics.memory import (
+    compute_update_breakdown,
+    compute_update_per_epoch,
+    memory_by_batch,
+    peak_memory,
+)
 from analysis.metrics.model import (
+    ALLREDUCE_MODELS,
+    allreduce_models,
     fit_alpha_beta,
     pipeline_bubble,
     predict_scaling,
@@ -86,8 +95,13 @@ from analysis.metrics.utilization import (
 )
 
 __all__ = [
+    "ALLREDUCE_MODELS",
     "SOURCES",
+    "allreduce_models",
     "backend_comparison",
+    "baseline_match",
+    "batch_by_ranks",
+    "batch_key",
     "batch_size_epoch_time",
     "batch_speedup",
     "between_steps",
@@ -96,6 +110,8 @@ __all__ = [
     "collectives",
     "compare_groups",
     "compute_update_breakdown",
+    "compute_update_per_epoch",
+    "config_by",
     "ddp_comm_overlap",
     "dedupe_fused",
     "device_usage",
@@ -114,6 +130,7 @@ __all__ = [
     "gpu_memory_phases",
     "gpu_time_breakdown",
     "gpu_timeline",
+    "grouped_by",
     "horovod_allreduce",
     "idle_devices",
     "input_size_table",
@@ -122,6 +139,7 @@ __all__ = [
     "lr_rule_curves",
     "maps_over",
     "measure_runs",
+    "memory_by_batch",
     "memory_limit",
     "negotiation_stragglers",
     "node_boundaries",
@@ -145,6 +163,7 @@ __all__ = [
     "step_times",
     "straggler_summary",
     "strong_weak_table",
+    "study_axes",
     "sync_cost",
     "sync_outside_steps",
     "sync_scaling",

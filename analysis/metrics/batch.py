@@ -6,11 +6,11 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-import numpy as np
 import pandas as pd
 
 from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns
+from analysis.schema import MACHINE_AXES
 
 
 def scaled_learning_rate(
@@ -63,6 +63,42 @@ def batch_size_epoch_time(per_run: pd.DataFrame, *, n_ranks: int = 1, by: Sequen
     )
 
 
+def batch_by_ranks(per_run: pd.DataFrame, *, by: Sequence[str] = ("config_backend",)) -> pd.DataFrame:
+    """Epoch time and time per sample against the per-rank batch size at every rank count
+    (the reference's batch study at 1, 2, 4, 8 GPUs).
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`batch_size_epoch_time` of each rank count stacked, with ``n_ranks``,
+        ``global_batch_size`` (median) and ``time_per_sample_s`` (mean over the runs, one
+        rank's time per sample, where ``per_run`` has it).
+
+    Examples
+    --------
+    >>> pr = pd.DataFrame({"config_backend": "ddp", "n_ranks": [1, 1, 2], "batch_size": [75, 150, 75],
+    ...                    "global_batch_size": [75, 150, 150], "epoch_time_s": [4.0, 2.5, 2.2],
+    ...                    "throughput_samples_per_s": [250.0, 400.0, 450.0]})
+    >>> t = batch_by_ranks(pr)
+    >>> list(zip(t["n_ranks"], t["batch_size"], t["epoch_time_s"]))
+    [(1, 75, 4.0), (1, 150, 2.5), (2, 75, 2.2)]
+    """
+    parts = []
+    for n in sorted(per_run["n_ranks"].dropna().unique()):
+        t = batch_size_epoch_time(per_run, n_ranks=n, by=by)
+        one = per_run[per_run["n_ranks"] == n]
+        keys = [*by, "batch_size"]
+        extra = {"global_batch_size": ("global_batch_size", "median")} if "global_batch_size" in one else {}
+        if "time_per_sample_s" in one:
+            extra["time_per_sample_s"] = ("time_per_sample_s", "mean")
+        if extra:
+            t = t.merge(one.groupby(keys, sort=True, dropna=False).agg(**extra).reset_index(), on=keys, how="left")
+        parts.append(t.assign(n_ranks=int(n)))
+    cols = [*by, "n_ranks"]
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*cols, "batch_size"])
+    return out[[*cols, *(c for c in out.columns if c not in cols)]]
+
+
 def validation_curves(epochs: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Validation metric and loss against epochs and against wall time, per run.
 
@@ -94,8 +130,9 @@ def validation_curves(epochs: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     vals = e[e["rank"] == first_rank].set_index(["run_id", "epoch"])[["val_metric", "val_loss", "train_loss"]]
     out = pd.concat([times, vals], axis=1).reset_index()
     out["wall_s"] = out.groupby("run_id")["epoch_time_s"].cumsum()
-    meta = [c for c in ("run_id", "experiment", "partition", "config_backend", "n_ranks", "batch_size",
-                        "global_batch_size", "learning_rate", "lr_scaling", "repeat") if c in runs.columns]
+    meta = [c for c in ("run_id", "experiment", *MACHINE_AXES, "gpu_model", "scaling", "config_backend", "n_ranks",
+                        "batch_size", "global_batch_size", "learning_rate", "lr_scaling", "repeat") if c in runs.columns]
+    meta += [c for c in runs.columns if str(c).startswith("vary_") and c not in meta]
     out = runs[meta].merge(out, on="run_id", how="inner")
     return out
 
@@ -135,14 +172,18 @@ def batch_speedup(per_run: pd.DataFrame, *, reference_batch: int = 75, n_ranks: 
         pr = per_run[per_run["n_ranks"] == n_ranks].reset_index(drop=True)
         pr["_t"] = unit_time(pr, "strong")
         pr = pr[outlier_reasons(pr, [*by, "batch_size"], pr["_t"]).isna().to_numpy()]
-        tps = pr.groupby([*by, "batch_size"], dropna=False)["_t"].mean()
-        t["time_per_sample_s"] = [tps.get(k, np.nan) for k in t[[*by, "batch_size"]].itertuples(index=False, name=None)]
-        tref = t[t["batch_size"] == reference_batch].set_index(list(by))["time_per_sample_s"]
-        t["speedup"] = (keys.map(tref).to_numpy(float) if len(tref) else np.nan) / t["time_per_sample_s"]
+        # merged, not looked up: a group's missing value (no --vary) is a key like any other
+        tps = pr.groupby([*by, "batch_size"], dropna=False)["_t"].mean().rename("time_per_sample_s").reset_index()
+        t = t.drop(columns=["time_per_sample_s"], errors="ignore").merge(tps, on=[*by, "batch_size"], how="left")
+        tref = (t.loc[t["batch_size"] == reference_batch, [*by, "time_per_sample_s"]]
+                .rename(columns={"time_per_sample_s": "_tref"}))
+        t = t.merge(tref, on=list(by), how="left") if by else t.assign(_tref=tref["_tref"].mean())
+        t["speedup"] = t.pop("_tref") / t["time_per_sample_s"]
     return t
 
 
-def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None = None) -> pd.DataFrame:
+def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None = None,
+                           by: Sequence[str] = ()) -> pd.DataFrame:
     """Runs with the same global batch size reached differently (1 rank x 150 against
     2 ranks x 75): epoch time, throughput and, when given, the final validation loss.
 
@@ -152,6 +193,9 @@ def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None 
         :func:`analysis.metrics.scaling.run_summary`.
     final
         Optional :func:`final_losses` (``run_id``, ``final_val_loss``).
+    by
+        Axes that keep runs apart (:func:`analysis.metrics.grouping.study_axes`): the
+        comparison is made within each of their groups, never across.
 
     Returns
     -------
@@ -162,7 +206,7 @@ def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None 
         ``final_val_loss`` (median; NaN without ``final``), ``relative_epoch_time``
         (epoch time / that of the fewest ranks with the same global batch and LR rule).
     """
-    keys = [c for c in ("global_batch_size", "n_ranks", "batch_size", "config_backend", "lr_scaling")
+    keys = [c for c in (*by, "global_batch_size", "n_ranks", "batch_size", "config_backend", "lr_scaling")
             if c in per_run.columns]
     require_columns(per_run, ("global_batch_size", "n_ranks", "epoch_time_s", "throughput_samples_per_s"),
                     "equal_batch_comparison")
@@ -171,7 +215,7 @@ def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None 
         pr = pr.merge(final[["run_id", "final_val_loss"]], on="run_id", how="left")
     else:
         pr = pr.assign(final_val_loss=float("nan"))
-    multi = pr.groupby("global_batch_size")["n_ranks"].transform("nunique") > 1
+    multi = pr.groupby([*by, "global_batch_size"], dropna=False)["n_ranks"].transform("nunique") > 1
     out = (pr[multi].groupby(keys, sort=True, dropna=False)
            .agg(n_runs=("epoch_time_s", "size"), epoch_time_s=("epoch_time_s", "median"),
                 throughput_samples_per_s=("throughput_samples_per_s", "median"),
@@ -179,7 +223,7 @@ def equal_batch_comparison(per_run: pd.DataFrame, *, final: pd.DataFrame | None 
            .reset_index())
     if out.empty:
         return out.assign(relative_epoch_time=pd.Series(dtype=float))
-    ref_keys = [c for c in ("global_batch_size", "lr_scaling") if c in out.columns]
+    ref_keys = [c for c in (*by, "global_batch_size", "lr_scaling") if c in out.columns]
     fewest = out[out["n_ranks"] == out.groupby(ref_keys, dropna=False)["n_ranks"].transform("min")]
     ref = fewest.groupby(ref_keys, dropna=False)["epoch_time_s"].median()
     out["relative_epoch_time"] = out["epoch_time_s"].to_numpy() / ref.reindex(

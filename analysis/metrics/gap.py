@@ -43,6 +43,7 @@ import pandas as pd
 from analysis.errors import ScalescopeError
 from analysis.metrics._common import require_columns
 from analysis.metrics.breakdown import WARMUP
+from analysis.metrics.grouping import VARYING_AXES
 from analysis.metrics.measures import (
     measure_runs,
     scaling_mode,
@@ -209,8 +210,8 @@ def _loss_axes(runs: pd.DataFrame, by: Sequence[str], match: Sequence[str],
     axes = [c for c in MACHINE_AXES if c in runs and c not in by and runs[c].nunique(dropna=True) > 1]
     injected = "inject" in runs and runs["inject"].notna().any()
     by = [*by, *axes] + (["inject"] if injected and "inject" not in by else [])
-    if baseline == "none":
-        match = [*match, *(c for c in axes if c not in match)]
+    if baseline == "none":  # the one grouping rule (analysis.metrics.grouping): each axis its own baseline
+        match = [*match, *(c for c in by if (c in VARYING_AXES or str(c).startswith("vary_")) and c not in match)]
     return by, match
 
 

@@ -565,14 +565,17 @@ def select_baseline(table: pd.DataFrame, group: pd.DataFrame, baseline: object, 
     value of it); ``"min"``: the group's own runs at its fewest rank count; a mapping
     ``{column: value}``: the rows with those values, sharing the ``match`` columns the
     mapping does not name, except the ``placement`` axes (one baseline for every partition).
+    A group's missing value (no ``--vary`` value, no partition) is matched by a missing one.
     """
     def same(cand: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
+        # a value the group lacks (no --vary, no partition) is a value too: the baseline lacks it
+        # as well, so runs of another experiment or swept value never stand in for it
         for col in cols:
             if col not in group or col not in cand:
                 continue
-            vals = group[col].dropna().unique()
+            vals = group[col].drop_duplicates()
             if len(vals) == 1:
-                cand = cand[cand[col] == vals[0]]
+                cand = cand[cand[col].isna()] if pd.isna(vals.iloc[0]) else cand[cand[col] == vals.iloc[0]]
         return cand
 
     if isinstance(baseline, dict) or hasattr(baseline, "items"):

@@ -367,6 +367,33 @@ def fit_link_alpha_beta(bench: pd.DataFrame, *, by: Sequence[str] = ("backend", 
     return pd.DataFrame(rows)
 
 
+#: The allreduce models :func:`allreduce_time` predicts with (``docs/metrics.md``, "Allreduce models").
+ALLREDUCE_MODELS: tuple[str, ...] = ("one-shot", "ring", "tree", "two-level")
+
+#: Single-link models: t(N, alpha, m/beta).
+_FLAT = {
+    "ring": lambda n, a, mb: 2 * (n - 1) * a + 2 * (n - 1) / n * mb,
+    "one-shot": lambda n, a, mb: 2 * a + 2 * (n - 1) * mb,
+    "tree": lambda n, a, mb: 2 * np.ceil(np.log2(n)) * (a + mb),
+}
+
+
+def allreduce_models(links: pd.DataFrame, *, n_ranks: Iterable[int], nbytes: float,
+                     ranks_per_node: int | None = None) -> pd.DataFrame:
+    """:func:`allreduce_time` by every model of :data:`ALLREDUCE_MODELS`, stacked.
+
+    Examples
+    --------
+    >>> links = pd.DataFrame({"link_class": ["intra-node"], "alpha_s": [1e-5], "beta_bytes_per_s": [1e9]})
+    >>> t = allreduce_models(links, n_ranks=[8], nbytes=1e6)
+    >>> t.set_index("model")["pred_s"].round(6).to_dict()
+    {'one-shot': 0.01402, 'ring': 0.00189, 'tree': 0.00606, 'two-level': 0.00189}
+    """
+    n_ranks = list(n_ranks)
+    return pd.concat([allreduce_time(links, n_ranks=n_ranks, nbytes=nbytes, ranks_per_node=ranks_per_node, model=m)
+                      for m in ALLREDUCE_MODELS], ignore_index=True)
+
+
 def _link(links: pd.DataFrame, link_class: str) -> tuple[float, float] | None:
     row = links[links["link_class"] == link_class]
     if row.empty:
@@ -391,8 +418,10 @@ def allreduce_time(links: pd.DataFrame, *, n_ranks: Iterable[int], nbytes: float
         L, ranks per node; ``None`` = all ranks on one node.
     model
         ``"ring"`` (flat ring over all ranks; across nodes every step waits for the
-        inter-node link), ``"two-level"`` (hierarchical), or ``"auto"``: two-level when the
-        ranks span nodes, ring inside one node (where the two coincide).
+        inter-node link), ``"two-level"`` (hierarchical), ``"one-shot"`` (reduce to one rank
+        and broadcast back, whole messages), ``"tree"`` (binomial-tree reduce and broadcast),
+        or ``"auto"``: two-level when the ranks span nodes, ring inside one node (where the
+        two coincide).
 
     Returns
     -------
@@ -408,6 +437,11 @@ def allreduce_time(links: pd.DataFrame, *, n_ranks: Iterable[int], nbytes: float
     Horovod's hierarchical allreduce and NCCL's intra/inter split do):
     t = 2(L-1)·alpha_i + 2(L-1)/L · m/beta_i + 2(K-1)·alpha_e + 2(K-1)/K · (m/L)/beta_e.
     At K = 1 it is the intra-node ring; at L = 1 the inter-node ring.
+    One-shot (2 steps of whole messages; the root's link carries N-1 of them each way):
+    t = 2·alpha + 2(N-1) · m/beta. Tree (binomial reduce then broadcast, Thakur et al. 2005,
+    not pipelined): t = 2⌈log2 N⌉ · (alpha + m/beta). Both use the intra-node link inside one
+    node, else the inter-node link. Ring and tree trade the same way: the one-shot and the
+    tree pay fewer latencies, the ring moves fewer bytes per link (2(N-1)/N · m).
 
     Examples
     --------
@@ -416,8 +450,8 @@ def allreduce_time(links: pd.DataFrame, *, n_ranks: Iterable[int], nbytes: float
     >>> allreduce_time(links, n_ranks=[8], nbytes=1e8, ranks_per_node=4)[["model", "pred_s"]].round(6).values.tolist()
     [['two-level', 0.040026]]
     """
-    if model not in ("auto", "ring", "two-level"):
-        raise ScalescopeError(f"model must be 'auto', 'ring' or 'two-level', not {model!r}")
+    if model not in ("auto", *ALLREDUCE_MODELS):
+        raise ScalescopeError(f"model must be 'auto' or one of {', '.join(ALLREDUCE_MODELS)}, not {model!r}")
     intra, inter = _link(links, "intra-node"), _link(links, "inter-node")
     out = []
     for n in n_ranks:
@@ -428,12 +462,12 @@ def allreduce_time(links: pd.DataFrame, *, n_ranks: Iterable[int], nbytes: float
         note, pred = "", np.nan
         if n < 2:
             pred = 0.0
-        elif used == "ring":
+        elif used in _FLAT:
             link = intra if K == 1 else inter
             if link is None:
                 note = f"no {'intra' if K == 1 else 'inter'}-node fit"
             else:
-                pred = 2 * (n - 1) * link[0] + 2 * (n - 1) / n * nbytes / link[1]
+                pred = _FLAT[used](n, link[0], nbytes / link[1])
         else:
             need = [(name, lk) for name, lk, used_ in (("intra-node", intra, L > 1), ("inter-node", inter, K > 1))
                     if used_]

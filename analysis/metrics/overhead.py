@@ -73,8 +73,8 @@ def framework_overhead(
     for key, g in fw.groupby(keys, sort=True, dropna=False):
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=False))
         b = base
-        for col in match:
-            b = b[b[col] == row[col]]
+        for col in match:  # a missing value (no --vary, no partition) is matched by a missing one
+            b = b[b[col].isna()] if pd.isna(row[col]) else b[b[col] == row[col]]
         row.update(_overhead_measures(g, b, has_t=has_t))
         rows.append(row)
     return pd.DataFrame(rows, columns=[*keys, *_MEASURES])

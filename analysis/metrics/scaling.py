@@ -19,7 +19,7 @@ RUN_META: tuple[str, ...] = (
     "run_id", "experiment", *MACHINE_AXES, "gpu_model", "gpus_per_node", "gpus_on_node", "nodes", "labels",
     "status",
     "framework", "backend", "config_backend", "requested_backend", "n_ranks", "n_nodes", "batch_size",
-    "global_batch_size", "learning_rate", "lr_scaling", "inject", "repeat", "scaling", "data_scale",
+    "global_batch_size", "learning_rate", "lr_scaling", "inject", "repeat", "scaling", "batch_mode", "data_scale",
     "dataset_size", "n_params",
 )
 
@@ -180,7 +180,9 @@ def _baseline_rows(
 ) -> pd.DataFrame:
     from analysis.metrics.measures import select_baseline
 
-    return select_baseline(per_run, group, baseline, match, placement=PLACEMENT_AXES)
+    # a baseline picked by name spans the placement axes (one baseline for every partition and
+    # experiment), never the scaling mode: weak runs keep a weak baseline
+    return select_baseline(per_run, group, baseline, match, placement=tuple(c for c in PLACEMENT_AXES if c != "scaling"))
 
 
 def unit_time(per_run: pd.DataFrame, mode: str) -> pd.Series:
@@ -300,7 +302,9 @@ def _by_match(per_run: pd.DataFrame, by: Sequence[str], match: Sequence[str],
         require_columns(per_run, ("scaling",), "mode='auto'")
         if "scaling" not in by:
             by = (*by, "scaling")
-    match = (*match, *(c for c in by if c in PLACEMENT_AXES and c not in match))
+    # every placement axis and swept option the configuration is grouped by (the one rule,
+    # analysis.metrics.grouping): each experiment, partition, mode and --vary value its own baseline
+    match = (*match, *(c for c in by if (c in PLACEMENT_AXES or str(c).startswith("vary_")) and c not in match))
     return by, match
 
 

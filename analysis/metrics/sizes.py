@@ -142,7 +142,8 @@ def find_max_records(runs: pd.DataFrame) -> list[dict]:
 
 
 def strong_weak_table(per_run: pd.DataFrame, *, baseline: str | Mapping[str, object] = "none",
-                      by: Sequence[str] = ("config_backend",)) -> pd.DataFrame:
+                      by: Sequence[str] = ("config_backend",),
+                      match: Sequence[str] = ("batch_size",)) -> pd.DataFrame:
     """Strong and weak scaling side by side, each against its own ideal.
 
     Parameters
@@ -164,7 +165,7 @@ def strong_weak_table(per_run: pd.DataFrame, *, baseline: str | Mapping[str, obj
     X(n)/X(n0), so its efficiency is T(n0)/T(n) (Gustafson). Both ideals of the speedup are n/n0.
     """
     require_columns(per_run, ("scaling",), "strong_weak_table")
-    t = scaling_table(per_run, baseline=baseline, mode="auto", by=by, match=("batch_size",))
+    t = scaling_table(per_run, baseline=baseline, mode="auto", by=by, match=match)
     n, n0 = t["n_ranks"].astype(float), t["baseline_n_ranks"].astype(float)
     t["ideal_epoch_time_s"] = np.where(t["scaling"] == "weak", t["baseline_epoch_time_s"],
                                        t["baseline_epoch_time_s"] * n0 / n)

@@ -39,6 +39,12 @@ from analysis.plots.breakdown import (
     plot_timeline,
 )
 from analysis.plots.gap import plot_lost_speedup, plot_scaling_loss
+from analysis.plots.placement import (
+    plot_allreduce_models,
+    plot_epoch_time,
+    plot_memory_batch,
+    plot_topology,
+)
 from analysis.plots.scaling import (
     plot_backends,
     plot_model,
@@ -59,10 +65,10 @@ from analysis.plots.usage import (
 
 __all__ = [
     "CAUSE_COLOURS", "CAUSE_LABELS", "COMPONENT_COLOURS", "COMPONENT_LABELS", "PALETTE", "RANKS_TITLE",
-    "TIMELINE_COLOURS", "apply_theme", "plot_allreduce_activity", "plot_backends", "plot_batch_size",
-    "plot_batch_speedup", "plot_breakdown", "plot_compute_update", "plot_device_usage", "plot_equal_batch",
-    "plot_gpu_breakdown", "plot_gpu_lines", "plot_gpu_memory_phases", "plot_input_size", "plot_lost_speedup",
-    "plot_lr_curves", "plot_memory", "plot_model", "plot_negotiation", "plot_overhead", "plot_scaling",
-    "plot_scaling_loss", "plot_speedup_slopes", "plot_stragglers", "plot_strong_weak", "plot_sync",
-    "plot_timeline", "plot_validation",
+    "TIMELINE_COLOURS", "apply_theme", "plot_allreduce_activity", "plot_allreduce_models", "plot_backends",
+    "plot_batch_size", "plot_batch_speedup", "plot_breakdown", "plot_compute_update", "plot_device_usage",
+    "plot_epoch_time", "plot_equal_batch", "plot_gpu_breakdown", "plot_gpu_lines", "plot_gpu_memory_phases",
+    "plot_input_size", "plot_lost_speedup", "plot_lr_curves", "plot_memory", "plot_memory_batch", "plot_model",
+    "plot_negotiation", "plot_overhead", "plot_scaling", "plot_scaling_loss", "plot_speedup_slopes",
+    "plot_stragglers", "plot_strong_weak", "plot_sync", "plot_timeline", "plot_topology", "plot_validation",
 ]

@@ -87,24 +87,31 @@ def plot_allreduce_activity(table: pd.DataFrame, *, title: str = "Horovod allred
     return apply_theme(fig)
 
 
-def plot_compute_update(table: pd.DataFrame, *, by: str = "config_backend",
-                        title: str = "Compute against weight update per step") -> go.Figure:
+def plot_compute_update(table: pd.DataFrame, *, by: str = "config_backend", per: str = "step",
+                        title: str | None = None) -> go.Figure:
     """Stacked bars per rank count: forward+backward, optimizer and exposed sync time per
-    step (ms) (:func:`analysis.metrics.memory.compute_update_breakdown`)."""
-    require_columns(table, ["n_ranks", "compute_per_step_s", "update_per_step_s", "sync_per_step_s"], "plot_compute_update")
+    step (ms), or per epoch on one rank (``per="epoch"``, s: the totals of
+    :func:`analysis.metrics.memory.compute_update_per_epoch`)
+    (:func:`analysis.metrics.memory.compute_update_breakdown`)."""
+    if per not in ("step", "epoch"):
+        raise ScalescopeError(f"per must be 'step' or 'epoch', not {per!r}")
+    cols = [f"compute_per_{per}_s", f"update_per_{per}_s", f"sync_per_{per}_s"]
+    require_columns(table, ["n_ranks", *cols], "plot_compute_update")
+    unit, k = ("ms", 1e3) if per == "step" else ("s", 1.0)
+    title = title or f"Compute against weight update per {per}" + (" (totals on one rank)" if per == "epoch" else "")
     t = table.sort_values([c for c in (by, "batch_size", "n_ranks") if c in table.columns])
     labels = bar_labels(t, "n_ranks", by)
     fig = go.Figure()
-    for col, name, colour in (("compute_per_step_s", "forward + backward", COMPONENT_COLOURS["backward"]),
-                              ("update_per_step_s", "optimizer (weight update)", COMPONENT_COLOURS["optimizer"]),
-                              ("sync_per_step_s", "gradient sync (exposed)", COMPONENT_COLOURS["sync_exposed"])):
-        fig.add_trace(go.Bar(name=name, x=labels, y=(t[col] * 1e3).tolist(), marker_color=colour,
-                             hovertemplate="<b>%{x}</b><br>" + name + ": %{y:.3g} ms per step<extra></extra>"))
+    for col, name, colour in ((cols[0], "forward + backward", COMPONENT_COLOURS["backward"]),
+                              (cols[1], "optimizer (weight update)", COMPONENT_COLOURS["optimizer"]),
+                              (cols[2], "gradient sync (exposed)", COMPONENT_COLOURS["sync_exposed"])):
+        fig.add_trace(go.Bar(name=name, x=labels, y=(t[col] * k).tolist(), marker_color=colour,
+                             hovertemplate="<b>%{x}</b><br>" + name + f": %{{y:.3g}} {unit} per {per}<extra></extra>"))
     many = len(set(labels)) > 4 or any(" · " in lab for lab in labels)
     fig.update_layout(barmode="stack", title=title)
     fig.update_xaxes(title_text=f"configuration · {RANKS_TITLE}" if " · " in "".join(labels) else RANKS_TITLE,
                      type="category", tickangle=-35 if many else 0)
-    fig.update_yaxes(title_text="time per step (ms)")
+    fig.update_yaxes(title_text=f"time per {per} ({unit})")
     return apply_theme(fig)
 
 

@@ -28,6 +28,7 @@ from analysis.studies.memory import study_memory
 from analysis.studies.model import study_model
 from analysis.studies.overhead import study_overhead
 from analysis.studies.scaling import study_scaling
+from analysis.studies.scope import study_scope
 from analysis.studies.stragglers import study_stragglers
 from analysis.studies.strong_weak import study_strong_weak
 from analysis.studies.summary import study_summary
@@ -56,6 +57,7 @@ STUDIES: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
     ("clusters", "11. Clusters and partitions", study_clusters),
     ("strong_weak", "12. Strong and weak scaling", study_strong_weak),
     ("input_size", "13. Input size and the memory limit", study_input_size),
+    ("scope", "Scope, and where a CPU run differs from a GPU run", study_scope),
 )
 
 

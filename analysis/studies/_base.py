@@ -15,7 +15,6 @@ from analysis.errors import ScalescopeError
 from analysis.metrics.breakdown import WARMUP
 from analysis.metrics.stats import CONFIDENCE
 from analysis.runset import RunSet
-from analysis.schema import MACHINE_AXES
 
 T = TypeVar("T")
 
@@ -161,21 +160,28 @@ def breakdown_by_ranks(ctx: Context) -> pd.DataFrame:
 
 
 def placement_axes(ctx: Context) -> tuple[str, ...]:
-    """The placement axes (cluster, partition, GPU model) on which the usable runs differ:
-    the scaling studies keep them apart (each with its own baseline)."""
-    pr = ctx.per_run
-    return tuple(c for c in (*MACHINE_AXES, "gpu_model") if c in pr.columns and pr[c].nunique() >= 2)
+    """The axes besides the configuration on which the usable runs differ (experiment,
+    cluster, partition, GPU model, scaling mode, batch mode, ``--vary`` values;
+    :func:`analysis.metrics.grouping.study_axes`): every study keeps them apart, each with its
+    own baseline."""
+    return M.study_axes(ctx.per_run)
 
 
 def config_by(ctx: Context) -> tuple[str, ...]:
-    """The columns that make a configuration in every scaling study: placement axes on
-    which the runs differ, backend, batch size, and an injected delay where runs have one."""
-    pr = ctx.per_run
-    inject = ("inject",) if "inject" in pr.columns and pr["inject"].notna().any() else ()
-    # a swept script option (--vary) makes configurations of its own; inject has its column
-    swept = tuple(c for c in pr.columns if str(c).startswith("vary_") and c != "vary_inject"
-                  and pr[c].nunique(dropna=True) >= 2)
-    return (*placement_axes(ctx), "config_backend", "batch_size", *inject, *swept)
+    """The columns that make a configuration in every study (the one grouping rule,
+    :func:`analysis.metrics.grouping.config_by`): :func:`placement_axes`, backend, batch,
+    and an injected delay where runs have one."""
+    return M.config_by(ctx.per_run)
+
+
+def baseline_match(ctx: Context) -> tuple[str, ...]:
+    """The columns a baseline without a framework shares with its configuration."""
+    return M.baseline_match(config_by(ctx))
+
+
+def grouped(by: tuple[str, ...] | list[str], caption: str) -> str:
+    """``caption`` followed by what the table grouped by (every table says it)."""
+    return f"{caption} {M.grouped_by(by)}"
 
 
 def scaling_and_base(ctx: Context) -> tuple[pd.DataFrame, str]:
@@ -184,7 +190,7 @@ def scaling_and_base(ctx: Context) -> tuple[pd.DataFrame, str]:
         if pr.empty:
             raise Skip("no run has epoch metrics (rank-*.epochs.jsonl)")
         by = config_by(ctx)
-        table, used = with_baseline(ctx, lambda b: M.scaling_table(pr, baseline=b, by=by,
+        table, used = with_baseline(ctx, lambda b: M.scaling_table(pr, baseline=b, by=by, match=baseline_match(ctx),
                                                                      confidence=ctx.confidence))
         return table, (baseline_text(ctx) if used == "none" else "each configuration's run with the fewest ranks")
 
@@ -222,7 +228,8 @@ def with_baseline(ctx: Context, compute: Callable[[str], T]) -> tuple[T, str]:
 def runs_mode(ctx: Context) -> tuple[str, list[str]]:
     """The scaling mode the runs did (one for every study) and the mismatch warnings."""
     def make():
-        modes, notes = M.scaling_mode(usable_runs(ctx), ctx.rs.epochs, by=("config_backend", "batch_size"))
+        runs = usable_runs(ctx)
+        modes, notes = M.scaling_mode(runs, ctx.rs.epochs, by=[c for c in config_by(ctx) if c in runs and c != "inject"])
         found = sorted(set(modes.values())) or ["strong"]
         return (found[0] if len(found) == 1 else "mixed (" + ", ".join(found) + ")"), notes
 

@@ -6,11 +6,14 @@ import pandas as pd
 
 from analysis import metrics as M
 from analysis import plots as P
+from analysis.metrics.batch import LR_KEYS
 from analysis.studies._base import (
     Context,
     Section,
     Skip,
+    grouped,
     level,
+    placement_axes,
     usable_runs,
 )
 
@@ -19,20 +22,22 @@ def study_batch(ctx: Context) -> Section:
     sec = Section(intro="Epoch time against the batch size on one device, and the validation metric against epochs and "
                   "against training time.")
     pr = ctx.per_run
-    t = M.batch_size_epoch_time(pr, n_ranks=1)
+    by = (*placement_axes(ctx), "config_backend")
+    t = M.batch_size_epoch_time(pr, n_ranks=1, by=by)
     got = False
     if t["batch_size"].nunique() >= 2:
-        sec.figures.append(("batch_size", P.plot_batch_size(t)))
-        sec.tables.append(("batch_size", t, "One rank."))
+        sec.figures.append(("batch_size", P.plot_batch_size(t, by=by)))
+        sec.tables.append(("batch_size", t, grouped(by, "One rank.")))
         one = pr[pr["n_ranks"] == 1]
-        cmp = M.compare_groups(one, axis="batch_size", keys=("config_backend", "n_ranks"),
-                                 confidence=ctx.confidence)
+        cmp = M.compare_groups(one, axis="batch_size", keys=(*by, "n_ranks"), confidence=ctx.confidence)
         if len(cmp):
-            sec.tables.append(("batch_size_compare", cmp, "Time per sample of each batch size against the "
-                                                          f"smallest, one rank: ratio, {level(ctx)} interval, verdict."))
+            sec.tables.append(("batch_size_compare", cmp, grouped(by, "Time per sample of each batch size against "
+                                                                      f"the smallest, one rank: ratio, {level(ctx)} "
+                                                                      "interval, verdict.")))
         got = True
     else:
         sec.notes.append("Only one batch size was run on one rank: no epoch-time curve.")
+    got = _batch_at_every_rank_count(ctx, sec, by) or got
     epochs = ctx.rs.epochs
     if len(epochs) and epochs["val_metric"].notna().any():
         curves = M.validation_curves(epochs, usable_runs(ctx))
@@ -52,32 +57,53 @@ def study_batch(ctx: Context) -> Section:
     return sec
 
 
+def _batch_at_every_rank_count(ctx: Context, sec: Section, by: tuple[str, ...]) -> bool:
+    """Training time against the per-rank batch at each rank count swept (the DGX-1
+    evaluation's batch study at 1, 2, 4, 8 GPUs), where some rank count above one has two
+    batch sizes."""
+    t = M.batch_by_ranks(ctx.per_run, by=by)
+    multi = t[t["n_ranks"] > 1].groupby("n_ranks")["batch_size"].nunique()
+    if not (multi >= 2).any():
+        sec.notes.append("No rank count above one was run with two or more batch sizes: no batch curve per rank "
+                         "count (scalescope sweep --np 1,2,4 --batch-size 75,150, or --global-batch-size).")
+        return False
+    sec.figures.append(("batch_by_ranks", P.plot_batch_size(t, by=(*by, "n_ranks"),
+                                                            title="Epoch time against batch size at each rank count")))
+    sec.tables.append(("batch_by_ranks", t, grouped((*by, "n_ranks"), "Epoch time (median over repeats) and time "
+                                                                      "per sample (mean) per batch size per rank.")))
+    return True
+
+
 def _batch_reference(ctx: Context, sec: Section) -> None:
     """The reference study's batch figures: speedup over batch 75 at one rank, the same global
     batch on 1 and on N ranks, and validation MSE per learning-rate rule with repeats combined."""
     pr = ctx.per_run
-    sp = M.batch_speedup(pr, reference_batch=REFERENCE_BATCH)
+    axes = placement_axes(ctx)
+    sp = M.batch_speedup(pr, reference_batch=REFERENCE_BATCH, by=(*axes, "config_backend"))
     if sp["speedup"].notna().any() and sp["batch_size"].nunique() >= 2:
-        sec.figures.append(("batch_speedup", P.plot_batch_speedup(sp)))
-        sec.tables.append(("batch_speedup", sp, f"Speedup = time per sample at batch {REFERENCE_BATCH} / at the "
-                                                "batch (means over repeats), one rank; epoch times as recorded."))
+        sec.figures.append(("batch_speedup", P.plot_batch_speedup(sp, by=(*axes, "config_backend"))))
+        sec.tables.append(("batch_speedup", sp, grouped((*axes, "config_backend"), f"Speedup = time per sample at "
+                                                        f"batch {REFERENCE_BATCH} / at the batch (means over "
+                                                        "repeats), one rank; epoch times as recorded.")))
     epochs = ctx.rs.epochs
     if not (len(epochs) and epochs["val_loss"].notna().any()):
         sec.notes.append("No validation loss recorded: no learning-rate curves.")
         return
     curves = M.validation_curves(epochs, usable_runs(ctx))
     curves = curves[curves["val_loss"].notna()]
-    eq = M.equal_batch_comparison(pr, final=M.final_losses(curves))
+    eq = M.equal_batch_comparison(pr, final=M.final_losses(curves), by=axes)
     if len(eq):
         sec.figures.append(("equal_batch", P.plot_equal_batch(eq)))
-        sec.tables.append(("equal_batch", eq, "The same global batch reached with different rank counts "
-                                              "(e.g. 1 rank × 150 against 2 ranks × 75)."))
-    lr = M.lr_rule_curves(curves)
+        sec.tables.append(("equal_batch", eq, grouped((*axes, "global_batch_size"), "The same global batch reached "
+                                                      "with different rank counts (e.g. 1 rank × 150 against 2 "
+                                                      "ranks × 75).")))
+    lr_by = (*[c for c in axes if c in curves.columns], *LR_KEYS)
+    lr = M.lr_rule_curves(curves, by=lr_by)
     sec.figures.append(("lr_loss_epochs", P.plot_lr_curves(lr, x="epoch")))
     budget = _time_budget(usable_runs(ctx))
     sec.figures.append(("lr_loss_time", P.plot_lr_curves(lr, x="wall_s", budget_s=budget)))
     target = float(curves.groupby("run_id")["val_loss"].min().max())
-    ttt = M.time_to_target(curves, target=target)
+    ttt = M.time_to_target(curves, target=target, by=lr_by)
     sec.tables.append(("time_to_target", ttt, f"Training time until the validation MSE first reaches {target:.4g} "
                                               "(the worst run's best value, so every run reaches it)."))
     if budget is not None:

@@ -12,6 +12,7 @@ from analysis.studies._base import (
     Context,
     Section,
     Skip,
+    grouped,
     level,
     usable_runs,
 )
@@ -37,35 +38,41 @@ def study_clusters(ctx: Context) -> Section:
     if not ((pr[axis] == first) & (pr["framework"] == "none")).any():
         base = {axis: first, "n_ranks": int(pr.loc[pr[axis] == first, "n_ranks"].min())}
         sec.notes.append(f"{axis} {first} has no run without a framework: its fewest-rank runs are the baseline.")
-    by = (axis, "config_backend", "batch_size")
+    # the partition axis first, then every other axis the runs differ on (the one grouping rule):
+    # the named baseline spans partitions and experiments, never modes, batches or --vary values
+    by = (axis, *(c for c in M.config_by(pr) if c != axis))
+    match = M.baseline_match(by)
     try:
-        table = M.scaling_table(pr, baseline=base, by=by, confidence=ctx.confidence)
-        points = M.run_speedups(pr, baseline=base, by=by)
+        table = M.scaling_table(pr, baseline=base, by=by, match=match, confidence=ctx.confidence)
+        points = M.run_speedups(pr, baseline=base, by=by, match=match)
     except ScalescopeError as exc:
         raise Skip(str(exc)) from None
     sec.notes.append(f"Baseline: {', '.join(f'{k}={v}' for k, v in base.items())}.")
     fw = table[table["framework"] != "none"]
-    fit = M.fit_speedup(points[points["framework"] != "none"], by=(axis, "config_backend"),
-                        confidence=ctx.confidence)
+    fit = M.fit_speedup(points[points["framework"] != "none"], by=by, confidence=ctx.confidence)
     bounds = M.node_boundaries(usable_runs(ctx), by=(axis,))
-    sec.figures.append(("clusters_scaling", P.plot_scaling(fw, fit=fit, boundaries=bounds,
-                                                           by=(axis, "config_backend"),
+    lines = tuple(c for c in by if c not in ("inject",))
+    sec.figures.append(("clusters_scaling", P.plot_scaling(fw, fit=fit, boundaries=bounds, by=lines,
                                                            title=f"Speedup per {axis} against one baseline")))
-    sec.figures.append(("clusters_slopes", P.plot_speedup_slopes(fit, by=(axis, "config_backend"))))
-    sec.tables.append(("clusters_slopes", fit, "Speedup per added rank (least squares, Student-t interval)."))
-    sec.tables.append(("clusters_scaling", table, f"Against one baseline ({first})."))
+    sec.figures.append(("clusters_slopes", P.plot_speedup_slopes(fit, by=lines)))
+    sec.figures.append(("clusters_epoch_time", P.plot_epoch_time(fw, by=lines,
+                                                                 title=f"Epoch time against ranks per {axis}")))
+    sec.tables.append(("clusters_slopes", fit, grouped(by, "Speedup per added rank (least squares, Student-t "
+                                                           "interval).")))
+    sec.tables.append(("clusters_scaling", table, grouped(by, f"Against one baseline ({first}).")))
     what = [c for c in (*MACHINE_AXES, "gpu_model", "gpus_per_node", "gpus_on_node", "nodes", "labels")
             if c in pr.columns]
     sec.tables.append(("clusters_what_differs", pr[[axis, *[c for c in what if c != axis]]].drop_duplicates()
                        .sort_values(axis).reset_index(drop=True), f"What each {axis} is, as recorded."))
-    cmp = M.compare_groups(pr, axis=axis, keys=("config_backend", "batch_size", "n_ranks"),
+    cmp = M.compare_groups(pr, axis=axis, keys=(*(c for c in by if c not in (axis, "experiment")), "n_ranks"),
                            confidence=ctx.confidence)
     if len(cmp):
         sec.tables.append(("clusters_compare", cmp, f"Time per sample of each {axis} against {first} on the same "
                                                     f"configuration: ratio, {level(ctx)} interval, verdict."))
     try:
-        own = M.scaling_table(pr, baseline="none", by=by, confidence=ctx.confidence)
-        sec.tables.append(("clusters_own_baseline", own, f"Each {axis} against its own one-process run."))
+        own = M.scaling_table(pr, baseline="none", by=by, match=match, confidence=ctx.confidence)
+        sec.tables.append(("clusters_own_baseline", own, grouped(by, f"Each {axis} against its own one-process "
+                                                                     "run.")))
     except ScalescopeError as exc:
         sec.notes.append(f"Each {axis} against its own baseline: {exc}")
     _clusters_usage(ctx, sec, axis)

@@ -8,6 +8,8 @@ from analysis.studies._base import (
     Context,
     Section,
     Skip,
+    grouped,
+    placement_axes,
 )
 
 
@@ -19,10 +21,14 @@ def study_input_size(ctx: Context) -> Section:
     if not axes:
         raise Skip("no numeric --vary / --find-max axis with two or more values")
     for size in axes:
-        t = M.input_size_table(runs, ctx.per_run, size=size)
+        # one curve per GPU type, partition, experiment and other swept value (the one grouping rule)
+        by = (*(c for c in placement_axes(ctx) if c != size and c in runs.columns), "config_backend", "n_ranks")
+        t = M.input_size_table(runs, ctx.per_run, size=size, by=by)
         name = size.removeprefix("vary_")
-        lim = M.memory_limit(t, find_max=[r for r in M.find_max_records(runs) if r.get("name") == name])
-        sec.figures.append((f"input_size_{name}", P.plot_input_size(t, limit=lim, size_label=f"--{name}")))
-        sec.tables.append((f"input_size_{name}", t, "Throughput per size; n_oom: runs that ran out of memory."))
-        sec.tables.append((f"memory_limit_{name}", lim, "Largest size that fitted, smallest that did not."))
+        lim = M.memory_limit(t, by=by, find_max=[r for r in M.find_max_records(runs) if r.get("name") == name])
+        sec.figures.append((f"input_size_{name}", P.plot_input_size(t, by=by, limit=lim, size_label=f"--{name}")))
+        sec.tables.append((f"input_size_{name}", t, grouped(by, "Throughput per size; n_oom: runs that ran out of "
+                                                                "memory.")))
+        sec.tables.append((f"memory_limit_{name}", lim, grouped(by, "Largest size that fitted, smallest that did "
+                                                                    "not.")))
     return sec

@@ -10,7 +10,9 @@ from analysis.studies._base import (
     Skip,
     baseline_text,
     config_by,
+    grouped,
     level,
+    placement_axes,
 )
 
 
@@ -23,13 +25,17 @@ def study_overhead(ctx: Context) -> Section:
         raise Skip("needs a baseline run without a framework (framework 'none')")
     if not ((pr["framework"] != "none") & (pr["n_ranks"] == 1)).any():
         raise Skip("needs a one-rank run with a framework")
-    t = M.framework_overhead(pr, by=tuple(c for c in config_by(ctx) if c not in ("batch_size", "inject")),
+    by = config_by(ctx)
+    batch = M.batch_key(pr)
+    # the baseline shares the batch and every axis the runs differ on (the one grouping rule)
+    t = M.framework_overhead(pr, by=tuple(c for c in by if c not in (batch, "inject")),
+                             match=tuple(c for c in M.baseline_match(by) if c == batch or c in placement_axes(ctx)),
                              confidence=ctx.confidence)
     t = t[t["n_baseline_runs"] > 0]
     if t.empty:
         raise Skip("no one-rank framework run has a baseline with the same batch size")
     sec.notes.append(f"Baseline: {baseline_text(ctx)}.")
     sec.figures.append(("overhead", P.plot_overhead(t)))
-    sec.tables.append(("overhead", t, "overhead_frac_verdict: is the overhead distinguishable from 0 (run-to-run "
-                                      "noise)."))
+    sec.tables.append(("overhead", t, grouped(by, "overhead_frac_verdict: is the overhead distinguishable from 0 "
+                                                  "(run-to-run noise).")))
     return sec

@@ -7,7 +7,9 @@ from analysis import plots as P
 from analysis.studies._base import (
     Context,
     Section,
+    baseline_match,
     config_by,
+    grouped,
     level,
     need_distinct,
     placement_axes,
@@ -33,7 +35,7 @@ def study_scaling(ctx: Context) -> Section:
     need_distinct(fw["n_ranks"], 2, "runs at two or more rank counts")
     axes = placement_axes(ctx)
     by = config_by(ctx)
-    points, _ = with_baseline(ctx, lambda b: M.run_speedups(pr, baseline=b, by=by))
+    points, _ = with_baseline(ctx, lambda b: M.run_speedups(pr, baseline=b, by=by, match=baseline_match(ctx)))
     points = points[points["outlier"].isna()] if "outlier" in points else points
     # one fit per configuration, batch size included (never pooled over batch sizes)
     fit = M.fit_speedup(points[points["framework"] != "none"], by=tuple(c for c in by if c in points),
@@ -43,7 +45,9 @@ def study_scaling(ctx: Context) -> Section:
     t = table if mode in ("strong", "weak") else table.drop(columns=["ideal_epoch_time_s"], errors="ignore")
     sec.figures.append(("scaling", P.plot_scaling(t[t["framework"] != "none"], fit=fit,
                                                   boundaries=bounds, by=(*axes, "config_backend"))))
-    sec.tables.append(("scaling", t, "Time per sample (s, one rank), throughput (samples/s), speedup and "
-                                     "efficiency with intervals; epoch time as recorded (s)."))
-    sec.tables.append(("speedup_fit", fit, "Linear fit of speedup against ranks (Student-t interval)."))
+    sec.figures.append(("epoch_time", P.plot_epoch_time(t[t["framework"] != "none"], by=(*axes, "config_backend"),
+                                                         boundaries=bounds)))
+    sec.tables.append(("scaling", t, grouped(by, "Time per sample (s, one rank), throughput (samples/s), speedup "
+                                                 "and efficiency with intervals; epoch time as recorded (s).")))
+    sec.tables.append(("speedup_fit", fit, grouped(by, "Linear fit of speedup against ranks (Student-t interval).")))
     return sec

@@ -12,6 +12,7 @@ from analysis.studies._base import (
     Context,
     Section,
     Skip,
+    grouped,
     runs_mode,
     usable_runs,
 )
@@ -35,9 +36,11 @@ def study_strong_weak(ctx: Context) -> Section:
         raise Skip("no weak-scaling runs (scalescope sweep --scaling weak); the runs did "
                    + MODE_WORDS.get(mode, mode))
     try:
-        t = M.strong_weak_table(pr)
+        by = M.config_by(pr, without=("scaling",))
+        t = M.strong_weak_table(pr, by=by, match=M.baseline_match(by))
     except ScalescopeError as exc:
         raise Skip(str(exc)) from None
     sec.figures.append(("strong_weak", P.plot_strong_weak(t[t["framework"] != "none"])))
-    sec.tables.append(("strong_weak", t, "Epoch time, each mode's ideal, speedup and efficiency."))
+    sec.tables.append(("strong_weak", t, grouped((*by, "scaling"), "Epoch time, each mode's ideal, speedup and "
+                                                                   "efficiency.")))
     return sec

@@ -8,7 +8,9 @@ from analysis import metrics as M
 from analysis.studies._base import (
     Context,
     Section,
+    baseline_match,
     config_by,
+    grouped,
     level,
     reporting_notes,
     scaling_and_base,
@@ -22,7 +24,7 @@ def _runs_table(ctx: Context) -> pd.DataFrame:
     shown where fewer than 3 repeats allow no interval)."""
     pr = ctx.per_run
     by = config_by(ctx)
-    pts, _ = with_baseline(ctx, lambda b: M.run_speedups(pr, baseline=b, by=by))
+    pts, _ = with_baseline(ctx, lambda b: M.run_speedups(pr, baseline=b, by=by, match=baseline_match(ctx)))
     cols = [c for c in ("run_id", *by, "n_ranks", "repeat", "time_per_sample_s", "speedup", "efficiency_frac",
                         "outlier") if c in pts.columns]
     return pts[cols].sort_values([c for c in (*by, "n_ranks", "repeat") if c in pts.columns]).reset_index(drop=True)
@@ -45,12 +47,12 @@ def study_summary(ctx: Context) -> Section:
     sec.notes.extend(thread_notes(ctx))
     for r in table.dropna(subset=["outliers"]).itertuples() if "outliers" in table else []:
         sec.notes.append(f"Outlier repeat(s) left out of {r.config_backend} at {int(r.n_ranks)} rank(s): {r.outliers}.")
-    sec.tables.append(("summary", t, "Speedup and efficiency: means over repeats against the base case; "
+    sec.tables.append(("summary", t, grouped(by, "Speedup and efficiency: means over repeats against the base case; "
                                      "efficiency_frac_verdict: is the loss against ideal distinguishable from "
                                      "run-to-run noise; repeats_for_5pct: repeats per side that would resolve a "
-                                     "5 % difference."))
+                                     "5 % difference.")))
     if "efficiency_frac_ci_low" in table and table["efficiency_frac_ci_low"].isna().any():
         sec.notes.append("Some rows have fewer than 3 repeats on a side: no interval can be given; each run's own "
                          "numbers are listed below instead.")
-        sec.tables.append(("summary_runs", _runs_table(ctx), "Each run against the base case's mean."))
+        sec.tables.append(("summary_runs", _runs_table(ctx), grouped(by, "Each run against its base case's mean.")))
     return sec

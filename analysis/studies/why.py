@@ -12,8 +12,10 @@ from analysis.studies._base import (
     Context,
     Section,
     Skip,
+    baseline_match,
     baseline_text,
     config_by,
+    grouped,
     level,
     thread_notes,
     usable_runs,
@@ -27,8 +29,8 @@ def _loss(ctx: Context) -> tuple[pd.DataFrame, str]:
         measured = pr[pr["time_per_sample_s"].notna()] if "time_per_sample_s" in pr else None
         if measured is not None and measured.empty:
             measured = None
-        kw = {"by": tuple(c for c in config_by(ctx) if c != "inject"), "epochs": ctx.rs.epochs,
-              "measured": measured, "warmup": ctx.warmup, "confidence": ctx.confidence}
+        kw = {"by": tuple(c for c in config_by(ctx) if c != "inject"), "match": baseline_match(ctx),
+              "epochs": ctx.rs.epochs, "measured": measured, "warmup": ctx.warmup, "confidence": ctx.confidence}
         if ctx.baseline != "min":
             try:
                 return M.scaling_loss(ev, runs, **kw), baseline_text(ctx)
@@ -71,9 +73,9 @@ def study_why(ctx: Context) -> Section:
     t = loss.drop(columns=drop)
     t = t[[c for c in t.columns if not (t[c].isna().all() and c in ("outliers", "slowest_tied", "contention_evidence",
                                                                      "unreliable", "threads_differ"))]]
-    sec.tables.append(("why_not_ideal", t, "Seconds per full step; causes sum to gap_s; efficiency = "
-                                           "ideal_step_s / measured_step_s; X_verdict: cause X against 0 "
-                                           "(efficiency: against 1)."))
+    sec.tables.append(("why_not_ideal", t, grouped(config_by(ctx), "Seconds per full step; causes sum to gap_s; "
+                                                               "efficiency = ideal_step_s / measured_step_s; X_verdict: "
+                                                               "cause X against 0 (efficiency: against 1).")))
     w = M.warmup_summary(ctx.need_events(), warmup=ctx.warmup)
     if len(w):
         dropped = int(w["n_warmup"].sum())

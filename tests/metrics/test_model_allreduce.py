@@ -128,7 +128,7 @@ def test_bench_allreduce_with_gloo_and_mpi_at_one_and_two_ranks(tmp_path, real_e
     shown = pd.read_csv(export / "allreduce_model_error.csv")
     assert shown[["run_id", "sync_pred_s"]].equals(err[["run_id", "sync_pred_s"]])
     models = pd.read_csv(export / "allreduce_models.csv")
-    assert set(models["model"]) == {"ring", "two-level"}
+    assert set(models["model"]) == {"one-shot", "ring", "tree", "two-level"}
     backends = pd.read_csv(export / "backends.csv")
     two_rank = backends[backends["n_ranks"] == 2]
     assert (two_rank.loc[two_rank["config_backend"].str.endswith("gloo"), "comm_path"] == "intra-node Gloo TCP").all()
