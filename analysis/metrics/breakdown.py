@@ -6,6 +6,7 @@ All shares are measured on unions of intervals: overlapping intervals are never 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Literal
 
 import numpy as np
@@ -199,13 +200,25 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     """
     ph = _phases(events)
     frames = []
-    for (run_id, rank), one in ph.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
-        w = _windows_one(one)
-        if w.empty:
-            continue
-        w.insert(0, "rank", rank)
-        w.insert(0, "run_id", run_id)
-        frames.append(w)
+    if len(ph):
+        group = _key_codes(ph)
+        is_step = (ph["name"] == "step").to_numpy(bool)
+        stepped = np.zeros(int(group.max()) + 1, dtype=bool)
+        stepped[group[is_step]] = True
+        if is_step.any():  # the ranks with ``step`` phases, all at once
+            frames.append(_step_windows(ph, group, is_step))
+        rest = ~stepped[group]
+        if rest.any():  # the others, from their phases' step numbers (rank by rank)
+            other = ph[rest]
+            for g, one in other.groupby(group[rest], sort=True):
+                w = _windows_one(one)
+                if w.empty:
+                    continue
+                first = one.iloc[0]
+                w.insert(0, "rank", first["rank"])
+                w.insert(0, "run_id", first["run_id"])
+                w.insert(0, "_group", g)
+                frames.append(w)
     if not frames:
         return pd.DataFrame(
             {
@@ -218,7 +231,9 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
                 "step_time_s": pd.Series(dtype=float),
             }
         )
-    out = pd.concat(frames, ignore_index=True)
+    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # ranks in (run_id, rank) order, each rank's windows as it made them
+    out = out.iloc[np.argsort(out["_group"].to_numpy(), kind="stable")].drop(columns="_group").reset_index(drop=True)
     out["rank"] = out["rank"].astype("Int32")
     out["epoch"] = out["epoch"].astype("Int32")
     out["step"] = out["step"].astype("Int32")
@@ -226,6 +241,39 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     out["step_end_ns"] = out["step_end_ns"].astype(np.int64)
     out["step_time_s"] = (out["step_end_ns"] - out["step_start_ns"]) / NS_PER_S
     return out
+
+
+def _key_codes(*frames: pd.DataFrame) -> np.ndarray | list[np.ndarray]:
+    """Per row of each frame, the number of its (``run_id``, ``rank``) in the sorted order
+    of the keys of all frames (missing ranks last), as ``groupby(..., sort=True,
+    dropna=False)`` numbers its groups: one grouping instead of a frame per rank."""
+    keys = pd.concat([f[["run_id", "rank"]].astype({"rank": "Int64"}) for f in frames], ignore_index=True)
+    codes = keys.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True).ngroup().to_numpy(np.int64)
+    if len(frames) == 1:
+        return codes
+    return np.split(codes, np.cumsum([len(f) for f in frames])[:-1])
+
+
+def _step_windows(ph: pd.DataFrame, group: np.ndarray, is_step: np.ndarray) -> pd.DataFrame:
+    """The windows of every rank with ``step`` phases: those phases, in start order per rank
+    (:func:`_windows_one`'s first case, for all ranks at once)."""
+    steps = ph[is_step]
+    start = steps["start_ns"].to_numpy(np.int64)
+    g = group[is_step]
+    o = np.argsort(start, kind="stable")
+    o = o[np.argsort(g[o], kind="stable")]
+    steps = steps.iloc[o]
+    return pd.DataFrame(
+        {
+            "_group": g[o],
+            "run_id": steps["run_id"].to_numpy(),
+            "rank": steps["rank"].array,
+            "epoch": steps["epoch"].to_numpy(),
+            "step": steps["step"].to_numpy(),
+            "step_start_ns": start[o],
+            "step_end_ns": end_ns(steps),
+        }
+    )
 
 
 def _ns(col: str) -> str:
@@ -256,18 +304,39 @@ def covered_in_windows(ivs: iv.Intervals, starts: np.ndarray, ends: np.ndarray) 
 
 def _exclusive_sets(one: pd.DataFrame, comm: pd.DataFrame) -> dict[str, iv.Intervals]:
     """Per component, the time it owns after the priority rule (one rank's phases)."""
-    sets = {c: iv.union(one.loc[one["name"] == c, "start_ns"].to_numpy(np.int64), end_ns(one[one["name"] == c]))
-            for c in COMPONENTS}
-    if not len(sets["sync"][0]) and len(comm):
+    return _owned(_component_codes(one), one["start_ns"].to_numpy(np.int64), end_ns(one),
+                  comm["start_ns"].to_numpy(np.int64), end_ns(comm))
+
+
+def _component_codes(ph: pd.DataFrame) -> np.ndarray:
+    """Per phase row, the position of its name in :data:`COMPONENTS` (-1: none)."""
+    return pd.Index(COMPONENTS).get_indexer(ph["name"].to_numpy(object))
+
+
+def _component_sets(comp: np.ndarray, s: np.ndarray, e: np.ndarray) -> list[iv.Intervals]:
+    """The union of each component's phases (``comp``: :func:`_component_codes`)."""
+    if comp.size == 0:
+        return [iv.EMPTY] * len(COMPONENTS)
+    o = np.argsort(comp, kind="stable")
+    bounds = np.searchsorted(comp[o], np.arange(len(COMPONENTS) + 1))
+    return [iv.union(s[o[lo:hi]], e[o[lo:hi]]) for lo, hi in pairwise(bounds)]
+
+
+def _owned(comp: np.ndarray, s: np.ndarray, e: np.ndarray, comm_s: np.ndarray, comm_e: np.ndarray,
+           sets: list[iv.Intervals] | None = None) -> dict[str, iv.Intervals]:
+    """:func:`_exclusive_sets` on arrays: a rank's phases (component codes, starts, ends)
+    and its in-flight records (starts, ends); ``sets``: the components' unions, when known."""
+    sets = dict(zip(COMPONENTS, sets if sets is not None else _component_sets(comp, s, e), strict=True))
+    if not len(sets["sync"][0]) and comm_s.size:
         # Traces without a recorded wait (older DDP traces): the in-flight records that no
         # compute phase covers are the exposed part.
         busy = iv.union_of(*(sets[c] for c in COMPONENTS if c != "sync"))
-        sets["sync"] = iv.subtract(iv.union(comm["start_ns"].to_numpy(np.int64), end_ns(comm)), busy)
+        sets["sync"] = iv.subtract(iv.union(comm_s, comm_e), busy)
     owned: dict[str, iv.Intervals] = {}
     taken = iv.EMPTY
-    for comp in COMPONENTS:
-        owned[comp] = iv.subtract(sets[comp], taken)
-        taken = iv.union_of(taken, sets[comp])
+    for comp_name in COMPONENTS:
+        owned[comp_name] = iv.subtract(sets[comp_name], taken)
+        taken = iv.union_of(taken, sets[comp_name])
     return owned
 
 
@@ -286,14 +355,15 @@ def _timeline_rows(events: pd.DataFrame) -> dict[object, pd.DataFrame]:
     return {r: g for r, g in tl.groupby("run_id", sort=False)}
 
 
-def _in_flight(sync_phases: iv.Intervals, comm: pd.DataFrame | None, timeline: pd.DataFrame | None) -> iv.Intervals:
-    """``sync_total``'s intervals of one rank: its in-flight records together with its sync
-    waits; the Horovod timeline only on the rank that wrote it when that rank has no
-    in-flight records (one instrument on every rank where the recorder ran)."""
+def _in_flight(sync_phases: iv.Intervals, comm: iv.Intervals, timeline: pd.DataFrame | None) -> iv.Intervals:
+    """``sync_total``'s intervals of one rank: its in-flight records (starts, ends) together
+    with its sync waits; the Horovod timeline only on the rank that wrote it when that rank
+    has no in-flight records (one instrument on every rank where the recorder ran)."""
     parts = [sync_phases]
-    src = comm if comm is not None and len(comm) else timeline
-    if src is not None and len(src):
-        parts.append(iv.union(src["start_ns"].to_numpy(np.int64), end_ns(src)))
+    if comm[0].size:
+        parts.append(iv.union(*comm))
+    elif timeline is not None and len(timeline):
+        parts.append(iv.union(timeline["start_ns"].to_numpy(np.int64), end_ns(timeline)))
     return iv.union_of(*parts)
 
 
@@ -366,14 +436,8 @@ def time_breakdown(
     comm_all = comm_all.assign(run_id=plain(comm_all["run_id"]))
     windows = step_times(events)
     windows = windows[~warmup_steps(windows, warmup)]
-    phases_of, comm_of = _by_rank(ph), _by_rank(comm_all)
     timelines = _timeline_rows(events) if timeline_rank is not None else {}
-    rows = []
-    for (run_id, rank), w in windows.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
-        one = phases_of.get((run_id, rank), ph.iloc[0:0])
-        comm = comm_of.get((run_id, rank), comm_all.iloc[0:0])
-        tl = timelines.get(run_id) if rank is not pd.NA and rank == timeline_rank else None
-        rows.append(_rank_step_ns(run_id, rank, w, one, comm, tl))
+    rows = [_per_step_ns(windows, ph, comm_all, timelines, timeline_rank)] if len(windows) else []
     keys = list(_LEVEL_KEYS[level])
     if not rows:
         return pd.DataFrame(columns=[*keys, "source", *_VALUE_COLUMNS])
@@ -399,28 +463,43 @@ _VALUE_COLUMNS = ("n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.va
 _LEVEL_KEYS = {"step": ("run_id", "rank", "epoch", "step"), "rank": ("run_id", "rank"), "run": ("run_id",)}
 
 
-def _rank_step_ns(run_id: object, rank: object, w: pd.DataFrame, one: pd.DataFrame, comm: pd.DataFrame,
-                  tl: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per step window ``w`` of one rank: ``step_ns``, each component's owned time
-    (``*_ns``) and ``sync_total_ns``, from the rank's phases ``one``, in-flight records
-    ``comm`` and Horovod timeline rows ``tl`` (None: not this rank's)."""
-    owned = _exclusive_sets(one, comm)
-    ws, we = w["step_start_ns"].to_numpy(np.int64), w["step_end_ns"].to_numpy(np.int64)
-    part = pd.DataFrame(
-        {
-            "run_id": run_id,
-            "rank": rank,
-            "epoch": w["epoch"].to_numpy(),
-            "step": w["step"].to_numpy(),
-            "step_ns": we - ws,
-        }
-    )
-    for comp in COMPONENTS:
-        part[_ns(COMPONENT_COLUMNS[comp])] = covered_in_windows(owned[comp], ws, we)
-    sync_ph = one[one["name"] == "sync"]
-    waits = iv.union(sync_ph["start_ns"].to_numpy(np.int64), end_ns(sync_ph))
-    part["sync_total_ns"] = covered_in_windows(_in_flight(iv.union_of(waits, owned["sync"]), comm, tl), ws, we)
-    return part
+def _grouped(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, bounds)``: rows in group order (stable), group g at
+    ``order[bounds[g]:bounds[g + 1]]``."""
+    order = np.argsort(group, kind="stable")
+    return order, np.searchsorted(group[order], np.arange(n_groups + 1))
+
+
+def _per_step_ns(windows: pd.DataFrame, ph: pd.DataFrame, comm: pd.DataFrame,
+                 timelines: dict[object, pd.DataFrame], timeline_rank: int | None) -> pd.DataFrame:
+    """One row per step window, ranks in (run_id, rank) order: ``step_ns``, each
+    component's owned time (``*_ns``) and ``sync_total_ns``, from each rank's phases
+    ``ph``, in-flight records ``comm`` and, on ``timeline_rank``, its run's Horovod
+    timeline rows ``timelines``; a rank's arrays are slices of the whole frames'."""
+    gw, gp, gc = _key_codes(windows, ph, comm)
+    n = int(max(gw.max(initial=-1), gp.max(initial=-1), gc.max(initial=-1))) + 1
+    (wo, wb), (po, pb), (co, cb) = _grouped(gw, n), _grouped(gp, n), _grouped(gc, n)
+    ws, we = windows["step_start_ns"].to_numpy(np.int64)[wo], windows["step_end_ns"].to_numpy(np.int64)[wo]
+    comp, ps, pe = _component_codes(ph), ph["start_ns"].to_numpy(np.int64), end_ns(ph)
+    cs, ce = comm["start_ns"].to_numpy(np.int64), end_ns(comm)
+    run_ids, ranks = windows["run_id"].to_numpy(object)[wo], windows["rank"].array[wo]
+    cols = {col: np.zeros(len(wo), dtype=np.int64)
+            for col in (*(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns")}
+    for g in np.flatnonzero(np.diff(wb)).tolist():
+        lo, hi = int(wb[g]), int(wb[g + 1])
+        p, c = po[pb[g]:pb[g + 1]], co[cb[g]:cb[g + 1]]
+        rank = ranks[lo]
+        tl = timelines.get(run_ids[lo]) if rank is not pd.NA and rank == timeline_rank else None
+        sets = _component_sets(comp[p], ps[p], pe[p])
+        owned = _owned(comp[p], ps[p], pe[p], cs[c], ce[c], sets)
+        a, b = ws[lo:hi], we[lo:hi]
+        for name in COMPONENTS:
+            cols[_ns(COMPONENT_COLUMNS[name])][lo:hi] = covered_in_windows(owned[name], a, b)
+        waits = sets[COMPONENTS.index("sync")]
+        flight = _in_flight(iv.union_of(waits, owned["sync"]), (cs[c], ce[c]), tl)
+        cols["sync_total_ns"][lo:hi] = covered_in_windows(flight, a, b)
+    return pd.DataFrame({"run_id": run_ids, "rank": ranks, "epoch": windows["epoch"].array[wo],
+                         "step": windows["step"].array[wo], "step_ns": we - ws, **cols})
 
 
 def _in_seconds(out: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
