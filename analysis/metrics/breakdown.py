@@ -142,12 +142,20 @@ def warmup_steps(windows: pd.DataFrame, warmup: int | str | None = WARMUP) -> pd
     mask = np.zeros(len(windows), dtype=bool)
     if len(windows):
         order = windows.sort_values(["run_id", "rank", "step_start_ns"], kind="stable")
-        for _, run in order.groupby("run_id", sort=False, dropna=False, observed=True):
-            ranks = list(run.groupby("rank", sort=False, dropna=False, observed=True))
-            k = max(warmup_count(g["step_time_s"].to_numpy(float), warmup) for _, g in ranks)
-            if k:
-                for _, g in ranks:
-                    mask[windows.index.get_indexer(g.index[:k])] = True
+        # each rank's rows are contiguous in this order, and each run's ranks
+        rank = order.groupby(["run_id", "rank"], sort=False, dropna=False, observed=True).ngroup().to_numpy()
+        run = order.groupby("run_id", sort=False, dropna=False, observed=True).ngroup().to_numpy()
+        bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
+        lo, hi = bounds[:-1], bounds[1:]
+        x = order["step_time_s"].to_numpy(float)
+        k = np.array([warmup_count(x[a:b], warmup) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)],
+                     dtype=np.int64)
+        most = np.zeros(int(run.max()) + 1, dtype=np.int64)
+        np.maximum.at(most, run[lo], k)  # per run, the most any of its ranks needs
+        take = np.minimum(most[run[lo]], hi - lo)
+        if take.any():
+            pos = np.concatenate([np.arange(a, a + t) for a, t in zip(lo.tolist(), take.tolist(), strict=True)])
+            mask[windows.index.get_indexer(order.index[pos])] = True
     return pd.Series(mask, index=windows.index, name="warmup")
 
 
