@@ -6,7 +6,6 @@ All shares are measured on unions of intervals: overlapping intervals are never 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
 from typing import Literal
 
 import numpy as np
@@ -16,22 +15,19 @@ from analysis.errors import ScalescopeError
 from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
 from analysis.metrics._mapping import maps_over
+from analysis.metrics._stepparts import (  # noqa: F401 - COMPONENTS and covered_in_windows are public here
+    COMPONENT_COLUMNS,
+    COMPONENTS,
+    component_codes,
+    covered_in_windows,
+    key_codes,
+    ns_column,
+    owned_sets,
+    per_step_ns,
+)
 from analysis.metrics.fusion import dedupe_fused
 from analysis.metrics.timesource import Source, one_source, run_sources, timed_view
 
-#: Step components in priority order: an instant covered by several phases counts for the
-#: first one listed. An explicit ``sync`` phase is a wait for gradient synchronisation, so
-#: it beats the phase it is nested in: DDP's wait inside ``loss.backward()`` (recorded by
-#: the comm hook) and Horovod's ``synchronize()`` inside ``optimizer.step()``.
-COMPONENTS: tuple[str, ...] = ("data", "forward", "sync", "backward", "optimizer")
-#: Output column names of the components (the sync part is the exposed one).
-COMPONENT_COLUMNS: dict[str, str] = {
-    "data": "data_s",
-    "forward": "forward_s",
-    "backward": "backward_s",
-    "sync": "sync_exposed_s",
-    "optimizer": "optimizer_s",
-}
 SHARE_COLUMNS: tuple[str, ...] = (
     "data_frac",
     "forward_frac",
@@ -209,7 +205,7 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     ph = _phases(events)
     frames = []
     if len(ph):
-        group = _key_codes(ph)
+        group = key_codes(ph)
         is_step = (ph["name"] == "step").to_numpy(bool)
         stepped = np.zeros(int(group.max()) + 1, dtype=bool)
         stepped[group[is_step]] = True
@@ -251,17 +247,6 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _key_codes(*frames: pd.DataFrame) -> np.ndarray | list[np.ndarray]:
-    """Per row of each frame, the number of its (``run_id``, ``rank``) in the sorted order
-    of the keys of all frames (missing ranks last), as ``groupby(..., sort=True,
-    dropna=False)`` numbers its groups: one grouping instead of a frame per rank."""
-    keys = pd.concat([f[["run_id", "rank"]].astype({"rank": "Int64"}) for f in frames], ignore_index=True)
-    codes = keys.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True).ngroup().to_numpy(np.int64)
-    if len(frames) == 1:
-        return codes
-    return np.split(codes, np.cumsum([len(f) for f in frames])[:-1])
-
-
 def _step_windows(ph: pd.DataFrame, group: np.ndarray, is_step: np.ndarray) -> pd.DataFrame:
     """The windows of every rank with ``step`` phases: those phases, in start order per rank
     (:func:`_windows_one`'s first case, for all ranks at once)."""
@@ -284,68 +269,16 @@ def _step_windows(ph: pd.DataFrame, group: np.ndarray, is_step: np.ndarray) -> p
     )
 
 
-def _ns(col: str) -> str:
-    return col[:-2] + "_ns"
-
-
 def _eq(series: pd.Series, value: object) -> pd.Series:
     if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return series.isna()
     return (series == value).fillna(False).astype(bool)
 
 
-def covered_in_windows(ivs: iv.Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Length (ns) of a disjoint interval set inside each window ``[starts[i], ends[i])``."""
-    s, e = ivs
-    if s.size == 0:
-        return np.zeros(len(starts), dtype=np.int64)
-    cum = np.concatenate([[0], np.cumsum(e - s)])
-
-    def covered_before(t: np.ndarray) -> np.ndarray:
-        idx = np.searchsorted(s, t, side="right") - 1  # last interval starting at or before t
-        full = cum[np.maximum(idx, 0)]
-        part = np.where(idx >= 0, np.minimum(t, e[np.maximum(idx, 0)]) - s[np.maximum(idx, 0)], 0)
-        return np.where(idx >= 0, full + part, 0)
-
-    return covered_before(np.asarray(ends, np.int64)) - covered_before(np.asarray(starts, np.int64))
-
-
 def _exclusive_sets(one: pd.DataFrame, comm: pd.DataFrame) -> dict[str, iv.Intervals]:
     """Per component, the time it owns after the priority rule (one rank's phases)."""
-    return _owned(_component_codes(one), one["start_ns"].to_numpy(np.int64), end_ns(one),
+    return owned_sets(component_codes(one), one["start_ns"].to_numpy(np.int64), end_ns(one),
                   comm["start_ns"].to_numpy(np.int64), end_ns(comm))
-
-
-def _component_codes(ph: pd.DataFrame) -> np.ndarray:
-    """Per phase row, the position of its name in :data:`COMPONENTS` (-1: none)."""
-    return pd.Index(COMPONENTS).get_indexer(ph["name"].to_numpy(object))
-
-
-def _component_sets(comp: np.ndarray, s: np.ndarray, e: np.ndarray) -> list[iv.Intervals]:
-    """The union of each component's phases (``comp``: :func:`_component_codes`)."""
-    if comp.size == 0:
-        return [iv.EMPTY] * len(COMPONENTS)
-    o = np.argsort(comp, kind="stable")
-    bounds = np.searchsorted(comp[o], np.arange(len(COMPONENTS) + 1))
-    return [iv.union(s[o[lo:hi]], e[o[lo:hi]]) for lo, hi in pairwise(bounds)]
-
-
-def _owned(comp: np.ndarray, s: np.ndarray, e: np.ndarray, comm_s: np.ndarray, comm_e: np.ndarray,
-           sets: list[iv.Intervals] | None = None) -> dict[str, iv.Intervals]:
-    """:func:`_exclusive_sets` on arrays: a rank's phases (component codes, starts, ends)
-    and its in-flight records (starts, ends); ``sets``: the components' unions, when known."""
-    sets = dict(zip(COMPONENTS, sets if sets is not None else _component_sets(comp, s, e), strict=True))
-    if not len(sets["sync"][0]) and comm_s.size:
-        # Traces without a recorded wait (older DDP traces): the in-flight records that no
-        # compute phase covers are the exposed part.
-        busy = iv.union_of(*(sets[c] for c in COMPONENTS if c != "sync"))
-        sets["sync"] = iv.subtract(iv.union(comm_s, comm_e), busy)
-    owned: dict[str, iv.Intervals] = {}
-    taken = iv.EMPTY
-    for comp_name in COMPONENTS:
-        owned[comp_name] = iv.subtract(sets[comp_name], taken)
-        taken = iv.union_of(taken, sets[comp_name])
-    return owned
 
 
 def _by_rank(df: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
@@ -361,18 +294,6 @@ def _timeline_rows(events: pd.DataFrame) -> dict[object, pd.DataFrame]:
     tl = events[(plain(events["source"]) == "horovod") & plain(events["cat"]).isin(list(TIMELINE_CATS))]
     tl = tl.assign(run_id=plain(tl["run_id"]))
     return {r: g for r, g in tl.groupby("run_id", sort=False)}
-
-
-def _in_flight(sync_phases: iv.Intervals, comm: iv.Intervals, timeline: pd.DataFrame | None) -> iv.Intervals:
-    """``sync_total``'s intervals of one rank: its in-flight records (starts, ends) together
-    with its sync waits; the Horovod timeline only on the rank that wrote it when that rank
-    has no in-flight records (one instrument on every rank where the recorder ran)."""
-    parts = [sync_phases]
-    if comm[0].size:
-        parts.append(iv.union(*comm))
-    elif timeline is not None and len(timeline):
-        parts.append(iv.union(timeline["start_ns"].to_numpy(np.int64), end_ns(timeline)))
-    return iv.union_of(*parts)
 
 
 # warm-up is decided per run (every rank drops the steps the slowest-settling rank needs), so
@@ -445,7 +366,7 @@ def time_breakdown(
     windows = step_times(events)
     windows = windows[~warmup_steps(windows, warmup)]
     timelines = _timeline_rows(events) if timeline_rank is not None else {}
-    rows = [_per_step_ns(windows, ph, comm_all, timelines, timeline_rank)] if len(windows) else []
+    rows = [per_step_ns(windows, ph, comm_all, timelines, timeline_rank)] if len(windows) else []
     keys = list(_LEVEL_KEYS[level])
     if not rows:
         return pd.DataFrame(columns=[*keys, "source", *_VALUE_COLUMNS])
@@ -460,7 +381,7 @@ def _summed_at(per_step: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     per_step["n_steps"] = 1
     if "step" in keys:
         return per_step
-    ns_cols = ["step_ns", *(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
+    ns_cols = ["step_ns", *(ns_column(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
     return per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
 
 
@@ -469,45 +390,6 @@ _VALUE_COLUMNS = ("n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.va
                   "sync_total_s")
 #: The key columns of :func:`time_breakdown` at each level.
 _LEVEL_KEYS = {"step": ("run_id", "rank", "epoch", "step"), "rank": ("run_id", "rank"), "run": ("run_id",)}
-
-
-def _grouped(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, bounds)``: rows in group order (stable), group g at
-    ``order[bounds[g]:bounds[g + 1]]``."""
-    order = np.argsort(group, kind="stable")
-    return order, np.searchsorted(group[order], np.arange(n_groups + 1))
-
-
-def _per_step_ns(windows: pd.DataFrame, ph: pd.DataFrame, comm: pd.DataFrame,
-                 timelines: dict[object, pd.DataFrame], timeline_rank: int | None) -> pd.DataFrame:
-    """One row per step window, ranks in (run_id, rank) order: ``step_ns``, each
-    component's owned time (``*_ns``) and ``sync_total_ns``, from each rank's phases
-    ``ph``, in-flight records ``comm`` and, on ``timeline_rank``, its run's Horovod
-    timeline rows ``timelines``; a rank's arrays are slices of the whole frames'."""
-    gw, gp, gc = _key_codes(windows, ph, comm)
-    n = int(max(gw.max(initial=-1), gp.max(initial=-1), gc.max(initial=-1))) + 1
-    (wo, wb), (po, pb), (co, cb) = _grouped(gw, n), _grouped(gp, n), _grouped(gc, n)
-    ws, we = windows["step_start_ns"].to_numpy(np.int64)[wo], windows["step_end_ns"].to_numpy(np.int64)[wo]
-    comp, ps, pe = _component_codes(ph), ph["start_ns"].to_numpy(np.int64), end_ns(ph)
-    cs, ce = comm["start_ns"].to_numpy(np.int64), end_ns(comm)
-    run_ids, ranks = windows["run_id"].to_numpy(object)[wo], windows["rank"].array[wo]
-    cols = {col: np.zeros(len(wo), dtype=np.int64)
-            for col in (*(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns")}
-    for g in np.flatnonzero(np.diff(wb)).tolist():
-        lo, hi = int(wb[g]), int(wb[g + 1])
-        p, c = po[pb[g]:pb[g + 1]], co[cb[g]:cb[g + 1]]
-        rank = ranks[lo]
-        tl = timelines.get(run_ids[lo]) if rank is not pd.NA and rank == timeline_rank else None
-        sets = _component_sets(comp[p], ps[p], pe[p])
-        owned = _owned(comp[p], ps[p], pe[p], cs[c], ce[c], sets)
-        a, b = ws[lo:hi], we[lo:hi]
-        for name in COMPONENTS:
-            cols[_ns(COMPONENT_COLUMNS[name])][lo:hi] = covered_in_windows(owned[name], a, b)
-        waits = sets[COMPONENTS.index("sync")]
-        flight = _in_flight(iv.union_of(waits, owned["sync"]), (cs[c], ce[c]), tl)
-        cols["sync_total_ns"][lo:hi] = covered_in_windows(flight, a, b)
-    return pd.DataFrame({"run_id": run_ids, "rank": ranks, "epoch": windows["epoch"].array[wo],
-                         "step": windows["step"].array[wo], "step_ns": we - ws, **cols})
 
 
 def _in_seconds(out: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -526,7 +408,7 @@ def _in_seconds(out: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     attributed = np.zeros(len(out), dtype=np.int64)
     for comp in ("data", "forward", "backward", "sync", "optimizer"):
         col = COMPONENT_COLUMNS[comp]
-        vals = out[_ns(col)].to_numpy(np.int64)
+        vals = out[ns_column(col)].to_numpy(np.int64)
         attributed += vals
         result[col] = vals / NS_PER_S
     other = step_ns - attributed
@@ -534,7 +416,7 @@ def _in_seconds(out: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         for comp in ("data", "forward", "backward", "sync", "optimizer"):
             col = COMPONENT_COLUMNS[comp]
-            result[col[:-2] + "_frac"] = out[_ns(col)].to_numpy(np.int64) / step_ns
+            result[col[:-2] + "_frac"] = out[ns_column(col)].to_numpy(np.int64) / step_ns
         result["other_frac"] = other / step_ns
     result["sync_total_s"] = out["sync_total_ns"].to_numpy(np.int64) / NS_PER_S
     return result.reset_index(drop=True)
