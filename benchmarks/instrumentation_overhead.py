@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's instrumentation, not an installed one
 SCRIPT = ROOT / "examples" / "strain_stress.py"
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+: .* time=([0-9.]+)s", re.M)
 
