@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's instrumentation, not an installed one
 SCRIPT = ROOT / "examples" / "strain_stress.py"
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+: .* time=([0-9.]+)s", re.M)
 
@@ -254,6 +255,38 @@ def phase_benchmark(*, n: int, rounds: int) -> dict:
             "trace_bytes": trace_bytes}
 
 
+def step_bookkeeping(*, n: int, rounds: int) -> dict:
+    """Main-thread CPU (``thread_time``, so other processes' load and the background threads
+    count little) of the instrumented step's own bookkeeping: a batch through the wrapped
+    loader (``data`` phase and its sample count), three phases and ``step_end``, with no
+    model work; median over ``rounds`` of ``n`` steps."""
+    import torch
+
+    import instrumentation as ssi
+
+    batch = (torch.zeros(75, 3), torch.zeros(75, 1))
+    per_step = []
+    with tempfile.TemporaryDirectory(prefix="ss-steps-") as tmp:
+        ssi.init(run_dir=tmp, framework="none", config={"benchmark": "step bookkeeping", "batch_size": 75})
+        for r in range(rounds):
+            ssi.epoch_start(r)
+            it = iter(ssi.wrap_loader([batch] * n))
+            t0 = time.thread_time_ns()
+            for _ in range(n):
+                next(it)
+                with ssi.phase("forward"):
+                    pass
+                with ssi.phase("backward"):
+                    pass
+                with ssi.phase("optimizer"):
+                    pass
+                ssi.step_end()
+            per_step.append((time.thread_time_ns() - t0) / n)
+            ssi.epoch_end(r, samples=n * 75)
+        ssi.finish()
+    return {"step_cpu_us": statistics.median(per_step) / 1e3, "rounds_us": [v / 1e3 for v in per_step]}
+
+
 def machine() -> dict:
     cpu = platform.processor() or ""
     with contextlib.suppress(OSError):
@@ -292,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
           f"Python {result['machine']['python']}, torch {result['machine'].get('torch')}")
     print("phase micro-benchmark ...", flush=True)
     result["phase"] = phase_benchmark(n=args.phase_n, rounds=args.phase_rounds)
+    result["step_bookkeeping"] = step_bookkeeping(n=args.phase_n // 10, rounds=args.phase_rounds)
     if not args.skip_workload and args.blocks:
         print(f"workload in one process: {args.blocks} epochs of alternating steps ...", flush=True)
         result["in_process"] = in_process_benchmark(args)
@@ -305,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     ph = result["phase"]
     print(f"| one recorded phase (enter+exit, empty-loop corrected) | {ph['phase_us']:.2f} µs | <= 5 µs |")
     print(f"| one recorded phase, raw loop | {ph['phase_raw_us']:.2f} µs | |")
+    print(f"| one step's bookkeeping (loader item, 3 phases, step_end), main-thread CPU | "
+          f"{result['step_bookkeeping']['step_cpu_us']:.2f} µs | |")
     if "in_process" in result:
         ip = result["in_process"]
         lo, hi = ip["pair_mean_ci95_pct"]

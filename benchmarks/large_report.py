@@ -21,6 +21,11 @@ Usage::
 
     .venv/bin/python benchmarks/large_report.py                      # 8 runs x 64 ranks
     .venv/bin/python benchmarks/large_report.py --runs 2 --ranks 8   # a quick look
+    .venv/bin/python benchmarks/large_report.py --metrics            # the two slow metrics alone
+
+``--metrics`` skips the report: it reads the experiment's events once (a RunSet in this
+process) and prints the CPU seconds of ``time_breakdown(level="step")`` and ``step_table``
+on them, each the best of ``--rounds``; run it from two checkouts to compare versions.
 """
 
 from __future__ import annotations
@@ -162,12 +167,40 @@ def run_report(exp: Path, out: Path, cache: Path) -> dict:
             "tree_peak_mib": peak["tree"] / 1024, "log_tail": log.strip().splitlines()[-5:]}
 
 
+def time_metrics(exp: Path, rounds: int) -> dict:
+    """CPU seconds (best of ``rounds``) of the report's two slowest metrics on the
+    experiment's events, read once in this process."""
+    import warnings
+
+    sys.path.insert(0, str(ROOT))
+    from analysis import metrics as M
+    from analysis.runset import RunSet
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the widened manifests' ranks_per_host
+        rs = RunSet.from_dirs(exp)
+        events = rs.events
+    out = {"events": len(events)}
+    for name, call in (("time_breakdown(level='step')", lambda: M.time_breakdown(events, level="step")),
+                       ("step_table", lambda: M.step_table(events, runs=rs.usable_runs(), epochs=rs.epochs))):
+        best = float("inf")
+        for _ in range(rounds):
+            t = time.process_time()
+            call()
+            best = min(best, time.process_time() - t)
+        out[name] = best
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--source", default="kineto/hta__nccl_data.json.gz")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "scalescope-large")
+    ap.add_argument("--metrics", action="store_true",
+                    help="no report: CPU time of time_breakdown and step_table on the events")
+    ap.add_argument("--rounds", type=int, default=3, help="with --metrics: rounds, the best is printed")
     args = ap.parse_args(argv)
     t = time.perf_counter()
     exp = make_experiment(args.workdir, args.runs, args.ranks, CORPUS / args.source)
@@ -176,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# experiment {exp}: {args.runs} runs x {args.ranks} ranks, {size / 1e6:.0f} MB on disk "
           f"(made in {time.perf_counter() - t:.0f} s)")
     print(f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    if args.metrics:
+        m = time_metrics(exp, args.rounds)
+        print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"| metric on {m.pop('events'):,} events | CPU s (best of {args.rounds}) |\n|---|---|")
+        print("\n".join(f"| {k} | {v:.2f} |" for k, v in m.items()))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         r = run_report(exp, Path(tmp) / "report", Path(tmp) / "cache")
     print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

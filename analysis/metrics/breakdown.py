@@ -15,22 +15,19 @@ from analysis.errors import ScalescopeError
 from analysis.metrics import _intervals as iv
 from analysis.metrics._common import NS_PER_S, end_ns, plain, require_columns
 from analysis.metrics._mapping import maps_over
+from analysis.metrics._stepparts import (  # noqa: F401 - COMPONENTS and covered_in_windows are public here
+    COMPONENT_COLUMNS,
+    COMPONENTS,
+    component_codes,
+    covered_in_windows,
+    key_codes,
+    ns_column,
+    owned_sets,
+    per_step_ns,
+)
 from analysis.metrics.fusion import dedupe_fused
 from analysis.metrics.timesource import Source, one_source, run_sources, timed_view
 
-#: Step components in priority order: an instant covered by several phases counts for the
-#: first one listed. An explicit ``sync`` phase is a wait for gradient synchronisation, so
-#: it beats the phase it is nested in: DDP's wait inside ``loss.backward()`` (recorded by
-#: the comm hook) and Horovod's ``synchronize()`` inside ``optimizer.step()``.
-COMPONENTS: tuple[str, ...] = ("data", "forward", "sync", "backward", "optimizer")
-#: Output column names of the components (the sync part is the exposed one).
-COMPONENT_COLUMNS: dict[str, str] = {
-    "data": "data_s",
-    "forward": "forward_s",
-    "backward": "backward_s",
-    "sync": "sync_exposed_s",
-    "optimizer": "optimizer_s",
-}
 SHARE_COLUMNS: tuple[str, ...] = (
     "data_frac",
     "forward_frac",
@@ -141,12 +138,20 @@ def warmup_steps(windows: pd.DataFrame, warmup: int | str | None = WARMUP) -> pd
     mask = np.zeros(len(windows), dtype=bool)
     if len(windows):
         order = windows.sort_values(["run_id", "rank", "step_start_ns"], kind="stable")
-        for _, run in order.groupby("run_id", sort=False, dropna=False, observed=True):
-            ranks = list(run.groupby("rank", sort=False, dropna=False, observed=True))
-            k = max(warmup_count(g["step_time_s"].to_numpy(float), warmup) for _, g in ranks)
-            if k:
-                for _, g in ranks:
-                    mask[windows.index.get_indexer(g.index[:k])] = True
+        # each rank's rows are contiguous in this order, and each run's ranks
+        rank = order.groupby(["run_id", "rank"], sort=False, dropna=False, observed=True).ngroup().to_numpy()
+        run = order.groupby("run_id", sort=False, dropna=False, observed=True).ngroup().to_numpy()
+        bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
+        lo, hi = bounds[:-1], bounds[1:]
+        x = order["step_time_s"].to_numpy(float)
+        k = np.array([warmup_count(x[a:b], warmup) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)],
+                     dtype=np.int64)
+        most = np.zeros(int(run.max()) + 1, dtype=np.int64)
+        np.maximum.at(most, run[lo], k)  # per run, the most any of its ranks needs
+        take = np.minimum(most[run[lo]], hi - lo)
+        if take.any():
+            pos = np.concatenate([np.arange(a, a + t) for a, t in zip(lo.tolist(), take.tolist(), strict=True)])
+            mask[windows.index.get_indexer(order.index[pos])] = True
     return pd.Series(mask, index=windows.index, name="warmup")
 
 
@@ -199,13 +204,25 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     """
     ph = _phases(events)
     frames = []
-    for (run_id, rank), one in ph.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
-        w = _windows_one(one)
-        if w.empty:
-            continue
-        w.insert(0, "rank", rank)
-        w.insert(0, "run_id", run_id)
-        frames.append(w)
+    if len(ph):
+        group = key_codes(ph)
+        is_step = (ph["name"] == "step").to_numpy(bool)
+        stepped = np.zeros(int(group.max()) + 1, dtype=bool)
+        stepped[group[is_step]] = True
+        if is_step.any():  # the ranks with ``step`` phases, all at once
+            frames.append(_step_windows(ph, group, is_step))
+        rest = ~stepped[group]
+        if rest.any():  # the others, from their phases' step numbers (rank by rank)
+            other = ph[rest]
+            for g, one in other.groupby(group[rest], sort=True):
+                w = _windows_one(one)
+                if w.empty:
+                    continue
+                first = one.iloc[0]
+                w.insert(0, "rank", first["rank"])
+                w.insert(0, "run_id", first["run_id"])
+                w.insert(0, "_group", g)
+                frames.append(w)
     if not frames:
         return pd.DataFrame(
             {
@@ -218,7 +235,9 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
                 "step_time_s": pd.Series(dtype=float),
             }
         )
-    out = pd.concat(frames, ignore_index=True)
+    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # ranks in (run_id, rank) order, each rank's windows as it made them
+    out = out.iloc[np.argsort(out["_group"].to_numpy(), kind="stable")].drop(columns="_group").reset_index(drop=True)
     out["rank"] = out["rank"].astype("Int32")
     out["epoch"] = out["epoch"].astype("Int32")
     out["step"] = out["step"].astype("Int32")
@@ -228,8 +247,26 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _ns(col: str) -> str:
-    return col[:-2] + "_ns"
+def _step_windows(ph: pd.DataFrame, group: np.ndarray, is_step: np.ndarray) -> pd.DataFrame:
+    """The windows of every rank with ``step`` phases: those phases, in start order per rank
+    (:func:`_windows_one`'s first case, for all ranks at once)."""
+    steps = ph[is_step]
+    start = steps["start_ns"].to_numpy(np.int64)
+    g = group[is_step]
+    o = np.argsort(start, kind="stable")
+    o = o[np.argsort(g[o], kind="stable")]
+    steps = steps.iloc[o]
+    return pd.DataFrame(
+        {
+            "_group": g[o],
+            "run_id": steps["run_id"].to_numpy(),
+            "rank": steps["rank"].array,
+            "epoch": steps["epoch"].to_numpy(),
+            "step": steps["step"].to_numpy(),
+            "step_start_ns": start[o],
+            "step_end_ns": end_ns(steps),
+        }
+    )
 
 
 def _eq(series: pd.Series, value: object) -> pd.Series:
@@ -238,37 +275,10 @@ def _eq(series: pd.Series, value: object) -> pd.Series:
     return (series == value).fillna(False).astype(bool)
 
 
-def covered_in_windows(ivs: iv.Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Length (ns) of a disjoint interval set inside each window ``[starts[i], ends[i])``."""
-    s, e = ivs
-    if s.size == 0:
-        return np.zeros(len(starts), dtype=np.int64)
-    cum = np.concatenate([[0], np.cumsum(e - s)])
-
-    def covered_before(t: np.ndarray) -> np.ndarray:
-        idx = np.searchsorted(s, t, side="right") - 1  # last interval starting at or before t
-        full = cum[np.maximum(idx, 0)]
-        part = np.where(idx >= 0, np.minimum(t, e[np.maximum(idx, 0)]) - s[np.maximum(idx, 0)], 0)
-        return np.where(idx >= 0, full + part, 0)
-
-    return covered_before(np.asarray(ends, np.int64)) - covered_before(np.asarray(starts, np.int64))
-
-
 def _exclusive_sets(one: pd.DataFrame, comm: pd.DataFrame) -> dict[str, iv.Intervals]:
     """Per component, the time it owns after the priority rule (one rank's phases)."""
-    sets = {c: iv.union(one.loc[one["name"] == c, "start_ns"].to_numpy(np.int64), end_ns(one[one["name"] == c]))
-            for c in COMPONENTS}
-    if not len(sets["sync"][0]) and len(comm):
-        # Traces without a recorded wait (older DDP traces): the in-flight records that no
-        # compute phase covers are the exposed part.
-        busy = iv.union_of(*(sets[c] for c in COMPONENTS if c != "sync"))
-        sets["sync"] = iv.subtract(iv.union(comm["start_ns"].to_numpy(np.int64), end_ns(comm)), busy)
-    owned: dict[str, iv.Intervals] = {}
-    taken = iv.EMPTY
-    for comp in COMPONENTS:
-        owned[comp] = iv.subtract(sets[comp], taken)
-        taken = iv.union_of(taken, sets[comp])
-    return owned
+    return owned_sets(component_codes(one), one["start_ns"].to_numpy(np.int64), end_ns(one),
+                  comm["start_ns"].to_numpy(np.int64), end_ns(comm))
 
 
 def _by_rank(df: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
@@ -284,17 +294,6 @@ def _timeline_rows(events: pd.DataFrame) -> dict[object, pd.DataFrame]:
     tl = events[(plain(events["source"]) == "horovod") & plain(events["cat"]).isin(list(TIMELINE_CATS))]
     tl = tl.assign(run_id=plain(tl["run_id"]))
     return {r: g for r, g in tl.groupby("run_id", sort=False)}
-
-
-def _in_flight(sync_phases: iv.Intervals, comm: pd.DataFrame | None, timeline: pd.DataFrame | None) -> iv.Intervals:
-    """``sync_total``'s intervals of one rank: its in-flight records together with its sync
-    waits; the Horovod timeline only on the rank that wrote it when that rank has no
-    in-flight records (one instrument on every rank where the recorder ran)."""
-    parts = [sync_phases]
-    src = comm if comm is not None and len(comm) else timeline
-    if src is not None and len(src):
-        parts.append(iv.union(src["start_ns"].to_numpy(np.int64), end_ns(src)))
-    return iv.union_of(*parts)
 
 
 # warm-up is decided per run (every rank drops the steps the slowest-settling rank needs), so
@@ -366,14 +365,8 @@ def time_breakdown(
     comm_all = comm_all.assign(run_id=plain(comm_all["run_id"]))
     windows = step_times(events)
     windows = windows[~warmup_steps(windows, warmup)]
-    phases_of, comm_of = _by_rank(ph), _by_rank(comm_all)
     timelines = _timeline_rows(events) if timeline_rank is not None else {}
-    rows = []
-    for (run_id, rank), w in windows.groupby(["run_id", "rank"], sort=True, dropna=False, observed=True):
-        one = phases_of.get((run_id, rank), ph.iloc[0:0])
-        comm = comm_of.get((run_id, rank), comm_all.iloc[0:0])
-        tl = timelines.get(run_id) if rank is not pd.NA and rank == timeline_rank else None
-        rows.append(_rank_step_ns(run_id, rank, w, one, comm, tl))
+    rows = [per_step_ns(windows, ph, comm_all, timelines, timeline_rank)] if len(windows) else []
     keys = list(_LEVEL_KEYS[level])
     if not rows:
         return pd.DataFrame(columns=[*keys, "source", *_VALUE_COLUMNS])
@@ -388,7 +381,7 @@ def _summed_at(per_step: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     per_step["n_steps"] = 1
     if "step" in keys:
         return per_step
-    ns_cols = ["step_ns", *(_ns(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
+    ns_cols = ["step_ns", *(ns_column(COMPONENT_COLUMNS[c]) for c in COMPONENTS), "sync_total_ns"]
     return per_step.groupby(keys, sort=True)[[*ns_cols, "n_steps"]].sum().reset_index()
 
 
@@ -397,30 +390,6 @@ _VALUE_COLUMNS = ("n_steps", "step_time_s", "step_mean_s", *COMPONENT_COLUMNS.va
                   "sync_total_s")
 #: The key columns of :func:`time_breakdown` at each level.
 _LEVEL_KEYS = {"step": ("run_id", "rank", "epoch", "step"), "rank": ("run_id", "rank"), "run": ("run_id",)}
-
-
-def _rank_step_ns(run_id: object, rank: object, w: pd.DataFrame, one: pd.DataFrame, comm: pd.DataFrame,
-                  tl: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per step window ``w`` of one rank: ``step_ns``, each component's owned time
-    (``*_ns``) and ``sync_total_ns``, from the rank's phases ``one``, in-flight records
-    ``comm`` and Horovod timeline rows ``tl`` (None: not this rank's)."""
-    owned = _exclusive_sets(one, comm)
-    ws, we = w["step_start_ns"].to_numpy(np.int64), w["step_end_ns"].to_numpy(np.int64)
-    part = pd.DataFrame(
-        {
-            "run_id": run_id,
-            "rank": rank,
-            "epoch": w["epoch"].to_numpy(),
-            "step": w["step"].to_numpy(),
-            "step_ns": we - ws,
-        }
-    )
-    for comp in COMPONENTS:
-        part[_ns(COMPONENT_COLUMNS[comp])] = covered_in_windows(owned[comp], ws, we)
-    sync_ph = one[one["name"] == "sync"]
-    waits = iv.union(sync_ph["start_ns"].to_numpy(np.int64), end_ns(sync_ph))
-    part["sync_total_ns"] = covered_in_windows(_in_flight(iv.union_of(waits, owned["sync"]), comm, tl), ws, we)
-    return part
 
 
 def _in_seconds(out: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -439,7 +408,7 @@ def _in_seconds(out: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     attributed = np.zeros(len(out), dtype=np.int64)
     for comp in ("data", "forward", "backward", "sync", "optimizer"):
         col = COMPONENT_COLUMNS[comp]
-        vals = out[_ns(col)].to_numpy(np.int64)
+        vals = out[ns_column(col)].to_numpy(np.int64)
         attributed += vals
         result[col] = vals / NS_PER_S
     other = step_ns - attributed
@@ -447,7 +416,7 @@ def _in_seconds(out: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         for comp in ("data", "forward", "backward", "sync", "optimizer"):
             col = COMPONENT_COLUMNS[comp]
-            result[col[:-2] + "_frac"] = out[_ns(col)].to_numpy(np.int64) / step_ns
+            result[col[:-2] + "_frac"] = out[ns_column(col)].to_numpy(np.int64) / step_ns
         result["other_frac"] = other / step_ns
     result["sync_total_s"] = out["sync_total_ns"].to_numpy(np.int64) / NS_PER_S
     return result.reset_index(drop=True)

@@ -141,3 +141,40 @@ def test_nvtx_forced_paths_push_and_pop(monkeypatch, mode):
     ranges.push("custom")
     ranges.pop()
     ranges.pop()
+
+
+def test_sampler_finds_a_ranks_worker_processes_and_theirs(tmp_path, monkeypatch):
+    """The rank's child processes (DataLoader workers) and their children, read from
+    /proc/PID/task/TID/children: the same pids as psutil's scan of every process, and the
+    busy grandchild's CPU counted in the rank's row; psutil's scan where the files are absent."""
+    from instrumentation import sampler
+
+    code = ("import subprocess, sys, time\n"
+            "k = subprocess.Popen([sys.executable, '-c', 'import time\\nt=time.time()\\n"
+            "while time.time()-t < 60: pass'])\n"
+            "time.sleep(60)\n")
+    rank = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while len(psutil.Process(rank.pid).children(recursive=True)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = sampler._descendants(rank.pid)
+        assert found is not None and len(found) == 1
+        assert set(found) == {c.pid for c in psutil.Process(rank.pid).children(recursive=True)}
+        mine = sampler._descendants(os.getpid())
+        assert rank.pid in mine and found[0] in mine
+        for absent in (False, True):
+            if absent:  # a kernel without the children files: psutil's scan
+                monkeypatch.setattr(sampler.os.path, "exists", lambda p: False)
+                assert sampler._descendants(rank.pid) is None
+            s = Sampler(tmp_path / f"s{absent}.csv", host="h", kind="cpu", pids={0: rank.pid})
+            s._cpu_setup()
+            proc = s._procs[0]
+            assert s._children_cpu(proc) == 0.0  # the first sample primes the child's counter
+            time.sleep(1.0)
+            assert s._children_cpu(proc) > 5  # the busy grandchild, counted with its rank
+    finally:
+        for p in psutil.Process(rank.pid).children(recursive=True):
+            p.kill()
+        rank.kill()
+        rank.wait()
