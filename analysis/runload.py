@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import parallel, schema
+from analysis import parallel, rundir, schema
 from analysis.errors import recording
 from analysis.readers.cache import run_entry
 
@@ -39,7 +39,7 @@ def in_tasks(runset: Any) -> bool:
         return parallel.workers_for(runset.workers) > 1
     paths = [p for p in runset.usable_runs()["path"] if p is not None and Path(p).is_dir()]
     # a task per rank file: one run of many ranks is worth a pool too
-    n_tasks = sum(max(1, len(list(Path(p).glob("rank-*.trace.json*")))) for p in paths)
+    n_tasks = sum(max(1, len(rundir.trace_files(p))) for p in paths)
     return parallel.workers_for(None, n_tasks=n_tasks, n_bytes=sum(parallel.input_bytes(p) for p in paths)) > 1
 
 
@@ -80,7 +80,7 @@ def load_table(runset: Any, which: str) -> pd.DataFrame:
     same frame, warnings and damage as reading the runs one after the other.
 
     The events are read one rank file at a time (each rank's trace, and the Horovod
-    timeline: :func:`analysis.readers.scalescope.read_run_part`), so one run of many ranks
+    timeline: :func:`analysis.readers.rundir.read_run_part`), so one run of many ranks
     keeps every worker busy; the runs are joined here in the runs table's order. The
     samples (one file per node) are read run by run."""
     if which not in ("events", "samples"):
@@ -216,7 +216,7 @@ def _again(caught: list[tuple[type, str]], error: tuple[str, Any] | None = None)
 def _read_part(item: tuple[Any, str]) -> parallel.WithExtra:
     """One part of a run directory (a rank trace or the timeline) with its warnings, rank
     and problem (:func:`_replay_run` raises them in serial reading's order)."""
-    from analysis.readers.scalescope import read_run_part
+    from analysis.readers.rundir import read_run_part
 
     parts, name = item
     out, caught, error = _caught(partial(read_run_part, parts, name))
@@ -230,7 +230,7 @@ def _reduce_part(item: tuple[Any, str, str, bool], *, metric: Callable[..., pd.D
     """``metric`` of one rank trace's rows (with the run's Horovod timeline when
     ``with_timeline``), as they are in the run's events; or, for the timeline alone, its
     warnings and problem only (no table)."""
-    from analysis.readers.scalescope import TIMELINE, join_run_frames, read_run_part
+    from analysis.readers.rundir import TIMELINE, join_run_frames, read_run_part
 
     parts, name, run_id, with_timeline = item
     out, caught, error = _caught(partial(read_run_part, parts, name))
@@ -262,7 +262,7 @@ def _replay_run(parts: Any, results: list[tuple[pd.DataFrame, dict]]) -> list[tu
     had one) as serial reading meets them: each part's warnings, then its exception (the
     run's damage: later parts are not looked at), the missing ranks' warning, the
     timeline's. The traces' and the timeline task's results, the timeline's last."""
-    from analysis.readers.scalescope import warn_missing_ranks
+    from analysis.readers.rundir import warn_missing_ranks
 
     if isinstance(parts, Exception):  # the run-level pre-pass failed
         raise parts
@@ -281,9 +281,9 @@ def _replay_run(parts: Any, results: list[tuple[pd.DataFrame, dict]]) -> list[tu
 
 
 def _plan(runset: Any, rows: list[Any]) -> dict[str, Any]:
-    """Each run's :class:`~analysis.readers.scalescope.RunDirParts` (its ``run.json`` and
+    """Each run's :class:`~analysis.readers.rundir.RunDirParts` (its ``run.json`` and
     listing, read here: cheap), or the exception that reading met."""
-    from analysis.readers.scalescope import run_dir_parts
+    from analysis.readers.rundir import run_dir_parts
 
     plans: dict[str, Any] = {}
     for row in rows:
@@ -325,7 +325,7 @@ def _rank_tasks(runset: Any, rows: list, plans: dict[str, Any],
 
 
 def _load_events(runset: Any) -> pd.DataFrame:
-    from analysis.readers.scalescope import TIMELINE, join_run_frames
+    from analysis.readers.rundir import TIMELINE, join_run_frames
 
     rows = runset.runs_to_read("events")
     plans = _plan(runset, rows)
@@ -344,7 +344,7 @@ def _load_events(runset: Any) -> pd.DataFrame:
 def _per_rank(runset: Any, metric: Callable[..., pd.DataFrame], timeline_rank: int | None,
               options: dict) -> pd.DataFrame:
     """:func:`per_run` of a per-rank metric: one task per rank trace of every run."""
-    from analysis.readers.scalescope import TIMELINE
+    from analysis.readers.rundir import TIMELINE
 
     rows = sorted(runset.runs_to_read("events"), key=lambda row: str(row.run_id))
     plans = _plan(runset, rows)

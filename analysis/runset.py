@@ -27,7 +27,13 @@ import pandas as pd
 
 from analysis import runtable, schema
 from analysis.errors import RecoveryWarning, ScalescopeError
-from analysis.rundir import EPOCH_COLUMNS, FORMAT_VERSION, read_epochs
+from analysis.rundir import (
+    EPOCH_COLUMNS,
+    FORMAT_VERSION,
+    RUN_MANIFEST,
+    find_max_records,
+    read_epochs,
+)
 from analysis.runtable import (
     DAMAGE_COLUMNS,
     OK_STATUS,
@@ -153,7 +159,7 @@ class RunSet:
         """The usable runs whose ``which`` table is read (rows of the runs table): those
         with a run directory, and for all but the epochs a usable ``run.json`` (a run
         without one, recorded when scanned, has no events, samples or GPU mapping)."""
-        no_manifest = {d["run_id"] for d in self._damage if d["part"] in ("run.json", "run directory")}
+        no_manifest = {d["run_id"] for d in self._damage if d["part"] in (RUN_MANIFEST, "run directory")}
         return [row for row in self.usable_runs().itertuples(index=False)
                 if row.path is not None and Path(row.path).is_dir()
                 and (which == "epochs" or row.run_id not in no_manifest)]
@@ -207,7 +213,7 @@ class RunSet:
     def _read_run(path: str, which: str, run_id: str) -> pd.DataFrame:
         if which == "rank_devices":
             return read_rank_devices(path, run_id=run_id)
-        from analysis.readers.scalescope import read_run_dir
+        from analysis.readers.rundir import read_run_dir
 
         return read_run_dir(path, kind=which)
 
@@ -360,6 +366,11 @@ class RunSet:
             raise ScalescopeError(f"no run column {col!r}; columns are {list(self._runs.columns)}")
         for value, part in self._runs.groupby(col, sort=True, dropna=False):
             yield value, self._subset(part)
+
+    def find_max_records(self) -> list[dict]:
+        """The ``--find-max`` records of these runs' experiments
+        (:func:`analysis.rundir.find_max_records`), for :func:`analysis.metrics.memory_limit`."""
+        return find_max_records(self._runs)
 
     def apply(self, func: Callable[[RunSet], pd.DataFrame]) -> pd.DataFrame:
         """Call ``func`` on this RunSet (convenience for method chains)."""

@@ -52,7 +52,8 @@ def iso_now() -> str:
     return _dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
-def _dist_version(name: str) -> str | None:
+def dist_version(name: str) -> str | None:
+    """The installed version of a distribution (``horovod``, ``torch``...), or None."""
     try:
         from importlib.metadata import version
 
@@ -85,9 +86,9 @@ def versions(*, framework: str = "none", check_mpi: bool = False) -> dict:
     """
     v: dict[str, object] = {
         "python": platform.python_version(),
-        "torch": None, "cuda": None, "horovod": _dist_version("horovod"), "nccl": None,
-        "mpi": None, "scalescope": _dist_version("scalescope"),
-        "nvtx": _dist_version("nvtx"), "nvidia_ml_py": _dist_version("nvidia-ml-py"),
+        "torch": None, "cuda": None, "horovod": dist_version("horovod"), "nccl": None,
+        "mpi": None, "scalescope": dist_version("scalescope"),
+        "nvtx": dist_version("nvtx"), "nvidia_ml_py": dist_version("nvidia-ml-py"),
         "platform": platform.platform(),
     }
     torch = sys.modules.get("torch")
@@ -104,7 +105,7 @@ def versions(*, framework: str = "none", check_mpi: bool = False) -> dict:
         except Exception:
             pass
     else:
-        v["torch"] = _dist_version("torch")
+        v["torch"] = dist_version("torch")
     hvd_mpi = None
     hvd = sys.modules.get("horovod.torch")
     if hvd is not None:

@@ -131,10 +131,8 @@ def test_one_manifest_rule_for_runset_and_reader(exp):
     m = json.loads((run / "run.json").read_text())
     del m["format"]
     (run / "run.json").write_text(json.dumps(m))
-    from analysis.readers import scalescope as own
-
     with pytest.raises(ReadError, match="format is None"):
-        own.read_manifest(run)
+        rundir.read_manifest(run)
     with pytest.raises(ReadError, match="format is None"):
         RunSet.from_dirs(run)
     d = _load(exp).damaged

@@ -12,11 +12,12 @@ from typing import Literal
 
 import pandas as pd
 
-from analysis import parallel, schema
+from analysis import parallel, rundir, schema
 from analysis._io import check_file
 from analysis.errors import ReadError, RecoveryWarning, UnknownFormatError
 from analysis.readers.file import read
 from analysis.readers.registry import REGISTRY, describe_formats, load_builtins, sniff
+from analysis.readers.rundir import read_run_dir
 
 
 def _expand(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Path]:
@@ -35,19 +36,17 @@ def _jobs(paths: list[Path], format: str | None, kind: str, cache: bool | None,
           ) -> tuple[list[tuple[Callable[[Path], pd.DataFrame], Path]], list[Path]]:
     """What to read, in order (a reading function and its path), and the files no reader
     recognises."""
-    from analysis.readers import scalescope as own
-
     jobs: list[tuple[Callable[[Path], pd.DataFrame], Path]] = []  # what to read, in order
     unknown: list[Path] = []
     for p in paths:
-        if p.is_dir() and (p / "run.json").exists():
-            jobs.append((partial(own.read_run_dir, kind=kind), p))
+        if rundir.kind_of(p) == "run":
+            jobs.append((partial(read_run_dir, kind=kind), p))
             continue
         if p.is_dir():
-            runs = sorted(d.parent for d in p.rglob("run.json"))
+            runs = rundir.run_dirs_below(p)
             if runs:
                 for d in runs:
-                    jobs.append((partial(own.read_run_dir, kind=kind), d))
+                    jobs.append((partial(read_run_dir, kind=kind), d))
                 continue
             try:
                 files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
