@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -9,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.errors import ScalescopeError
+from analysis.errors import RecoveryWarning, ScalescopeError
 from analysis.metrics._common import require_columns, spread
 from analysis.metrics.stats import CONFIDENCE
 from analysis.schema import MACHINE_AXES
@@ -138,7 +139,9 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
 
         try:
             measured = measure_runs(runset.events, runs, epochs=runset.epochs, samples=_samples(runset))
-        except Exception:  # traces unreadable or without phases: the epoch columns stay
+        except ScalescopeError as exc:  # traces without the records steps need: the epoch columns stay
+            warnings.warn(f"run_summary: the step measures are left out ({exc}); the epoch columns are kept",
+                          RecoveryWarning, stacklevel=2)
             measured = None
     if measured is None or measured.empty:
         return out
