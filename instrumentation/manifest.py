@@ -8,6 +8,7 @@ file in the same directory followed by ``os.replace``, so a reader never sees ha
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
@@ -203,12 +205,26 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterator[Path]:
+    """The one "write to a temporary file and rename" of ``instrumentation/`` (which cannot
+    import :mod:`analysis.atomic`, the analysis side's): yield a new temporary file beside
+    ``path`` (named ``.<name>.<random><suffix>``: a writer that picks its format from the
+    suffix, as torch's ``.json.gz``, gets it); once the block ends, flush it to disk, give it
+    ``path``'s mode (0644 for a new file) and rename it onto ``path``. On any error the
+    temporary file is removed, ``path`` keeps its previous content and the error is raised
+    (callers in the training process catch it and warn)."""
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
+        yield tmp
+        with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         try:
             os.chmod(tmp, path.stat().st_mode & 0o7777)
@@ -216,10 +232,8 @@ def _write_text_atomic(path: Path, text: str) -> None:
             os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-        except OSError:
-            pass
         raise
 
 
