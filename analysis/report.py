@@ -104,7 +104,7 @@ def _own_warnings(sec: Section, caught: list, first: int) -> None:
     of that study instead of report-level warnings."""
     def own(w) -> bool:
         path = Path(str(w.filename))
-        return path.parent.name == "metrics" or path.name == "studies.py"
+        return path.parent.name in ("metrics", "studies")
 
     mine = [w for w in caught[first:] if issubclass(w.category, UserWarning) and own(w)]
     for w in mine:

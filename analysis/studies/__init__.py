@@ -1,0 +1,51 @@
+"""The report's studies: each takes the loaded experiment (:class:`Context`) and returns a
+:class:`Section` (intro, tables, figures, notes), or raises :class:`Skip` saying why the
+experiment cannot support it. :data:`STUDIES` lists them in the report's order;
+:mod:`analysis.report` loads the experiment, runs them, exports and renders.
+
+The shared
+intermediate tables live in :mod:`analysis.studies._base`; each study in a module of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from analysis.studies._base import Context, Section, Skip
+from analysis.studies.backends import study_backends
+from analysis.studies.batch import REFERENCE_BATCH, study_batch
+from analysis.studies.breakdown import study_breakdown
+from analysis.studies.clusters import study_clusters
+from analysis.studies.input_size import study_input_size
+from analysis.studies.memory import study_memory
+from analysis.studies.model import study_model
+from analysis.studies.overhead import study_overhead
+from analysis.studies.scaling import study_scaling
+from analysis.studies.stragglers import study_stragglers
+from analysis.studies.strong_weak import study_strong_weak
+from analysis.studies.summary import study_summary
+from analysis.studies.sync import study_sync
+from analysis.studies.usage import study_usage
+from analysis.studies.why import study_why
+
+__all__ = ["REFERENCE_BATCH", "STUDIES", "Context", "Section", "Skip"]
+
+#: The report's studies in order: (key, title, function); a function raises Skip to say why
+#: its study cannot run on this experiment.
+STUDIES: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
+    ("summary", "Summary", study_summary),
+    ("why", "Why not ideal?", study_why),
+    ("breakdown", "1. Time breakdown of a training step", study_breakdown),
+    ("sync", "2. Synchronisation cost against ranks", study_sync),
+    ("scaling", "3. Scaling: speedup and efficiency", study_scaling),
+    ("overhead", "4. Framework overhead at one rank", study_overhead),
+    ("usage", "5. Device usage against ranks", study_usage),
+    ("backends", "6. Backend comparison", study_backends),
+    ("batch", "7. Batch size and learning rate", study_batch),
+    ("memory", "8. Compute against weight update, and memory per rank", study_memory),
+    ("model", "9. What-if: alpha-beta ring-allreduce model", study_model),
+    ("stragglers", "10. Stragglers", study_stragglers),
+    ("clusters", "11. Clusters and partitions", study_clusters),
+    ("strong_weak", "12. Strong and weak scaling", study_strong_weak),
+    ("input_size", "13. Input size and the memory limit", study_input_size),
+)

@@ -1,0 +1,47 @@
+"""Study 1: the time breakdown of a training step."""
+
+from __future__ import annotations
+
+from analysis import metrics as M
+from analysis import plots as P
+from analysis.studies._base import (
+    Context,
+    Section,
+    breakdown_by_ranks,
+)
+
+
+def study_breakdown(ctx: Context) -> Section:
+    sec = Section(intro="Shares of data loading, forward, backward, exposed gradient sync, optimizer and other/idle time "
+                  "in the step time, measured as unions of intervals (overlaps counted once).")
+    b = breakdown_by_ranks(ctx)
+    sec.figures.append(("breakdown", P.plot_breakdown(b)))
+    sec.tables.append(("breakdown_by_ranks", b, "Full steps after warm-up, pooled over ranks and repeats, per "
+                                                "configuration and batch size; times are per step."))
+    per_rank = M.time_breakdown(ctx.need_events(), level="rank")
+    sec.tables.append(("breakdown_per_rank", per_rank, "Per run and rank."))
+    ev = ctx.need_events()
+    hv = M.horovod_allreduce(ev)
+    if len(hv):
+        sec.figures.append(("horovod_allreduce", P.plot_allreduce_activity(hv)))
+        sec.tables.append(("horovod_allreduce", hv, "Horovod timeline activity (fusion duplicates removed on "
+                                                     "(name, start)); overlap with rank 0's backward phases."))
+    dd = M.ddp_comm_overlap(ev)
+    if len(dd):
+        sec.tables.append(("ddp_comm_overlap", dd, "DDP bucket allreduces (comm hook) and their overlap with "
+                                                   "backward."))
+    gpu = M.gpu_time_breakdown(ev)
+    if len(gpu):
+        sec.figures.append(("gpu_breakdown", P.plot_gpu_breakdown(gpu)))
+        sec.tables.append(("gpu_breakdown", gpu, "GPU timeline per rank (HTA's temporal breakdown)."))
+        kp = M.kernel_step_parts(ev)
+        if len(kp) and kp.groupby("run_id")["rank"].nunique().max() > 1:
+            kp = kp.groupby(["run_id", "rank", "source"])[["step_s", "compute_s", "sync_s", "straggler_s",
+                                                           "other_s"]].mean().reset_index()
+            sec.tables.append(("kernel_step_parts", kp, "The profiled steps on the device from the kernel traces of "
+                               "every rank (docs/metrics.md, \"Device timeline\"): exposed transfer (sync_s) apart "
+                               "from exposed peer wait (straggler_s); mean per step."))
+    else:
+        sec.notes.append("No GPU kernel traces (Kineto / nsys) in this experiment: the GPU temporal breakdown "
+                         "is not shown.")
+    return sec

@@ -1,0 +1,28 @@
+"""Study 13: input size and the memory limit."""
+
+from __future__ import annotations
+
+from analysis import metrics as M
+from analysis import plots as P
+from analysis.studies._base import (
+    Context,
+    Section,
+    Skip,
+)
+
+
+def study_input_size(ctx: Context) -> Section:
+    sec = Section(intro="Throughput against an input size swept with --vary or searched with --find-max, and the "
+                  "largest size that fits in memory: runs that ran out of memory are marked at their size.")
+    runs = ctx.rs.runs
+    axes = M.size_axes(runs)
+    if not axes:
+        raise Skip("no numeric --vary / --find-max axis with two or more values")
+    for size in axes:
+        t = M.input_size_table(runs, ctx.per_run, size=size)
+        name = size.removeprefix("vary_")
+        lim = M.memory_limit(t, find_max=[r for r in M.find_max_records(runs) if r.get("name") == name])
+        sec.figures.append((f"input_size_{name}", P.plot_input_size(t, limit=lim, size_label=f"--{name}")))
+        sec.tables.append((f"input_size_{name}", t, "Throughput per size; n_oom: runs that ran out of memory."))
+        sec.tables.append((f"memory_limit_{name}", lim, "Largest size that fitted, smallest that did not."))
+    return sec
