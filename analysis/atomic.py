@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -81,9 +83,6 @@ def _no_sigint() -> Iterator[None]:
     handlers in the main thread whichever thread the signal reached, so the handler is
     swapped for one that notes the signal (masking the signal would not do: another thread
     could take it). Elsewhere than the main thread, nothing."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -106,12 +106,18 @@ def from_ipc(buf: bytes) -> pd.DataFrame:
     if buf.startswith(_EMPTY):
         return pickle.loads(buf[len(_EMPTY):])
     table = pa.ipc.open_stream(io.BytesIO(buf)).read_all()
+    # text columns that were object (not pandas' str dtype) come back as str: made object again
+    was_object = {c["name"] for c in (table.schema.pandas_metadata or {}).get("columns", [])
+                  if c.get("numpy_type") == "object"}
     df = table.to_pandas(split_blocks=True, self_destruct=True)
     del table
     for col in df.columns:  # Arrow gives category levels their own dtype; ours are object
         dtype = df[col].dtype
         if isinstance(dtype, pd.CategoricalDtype) and dtype.categories.dtype != object:
             df[col] = df[col].cat.set_categories(dtype.categories.astype(object))
+        elif col in was_object and isinstance(dtype, pd.StringDtype):
+            values = df[col]
+            df[col] = values.astype(object).where(values.notna(), None)
     return df
 
 

@@ -27,6 +27,13 @@ import pandas as pd
 from analysis import parallel, rundir, schema
 from analysis.errors import recording
 from analysis.readers.cache import run_entry
+from analysis.readers.rundir import (
+    TIMELINE,
+    join_run_frames,
+    read_run_part,
+    run_dir_parts,
+    warn_missing_ranks,
+)
 
 
 def in_tasks(runset: Any) -> bool:
@@ -216,8 +223,6 @@ def _again(caught: list[tuple[type, str]], error: tuple[str, Any] | None = None)
 def _read_part(item: tuple[Any, str]) -> parallel.WithExtra:
     """One part of a run directory (a rank trace or the timeline) with its warnings, rank
     and problem (:func:`_replay_run` raises them in serial reading's order)."""
-    from analysis.readers.rundir import read_run_part
-
     parts, name = item
     out, caught, error = _caught(partial(read_run_part, parts, name))
     frames, rank = out if out is not None else ([], None)
@@ -230,8 +235,6 @@ def _reduce_part(item: tuple[Any, str, str, bool], *, metric: Callable[..., pd.D
     """``metric`` of one rank trace's rows (with the run's Horovod timeline when
     ``with_timeline``), as they are in the run's events; or, for the timeline alone, its
     warnings and problem only (no table)."""
-    from analysis.readers.rundir import TIMELINE, join_run_frames, read_run_part
-
     parts, name, run_id, with_timeline = item
     out, caught, error = _caught(partial(read_run_part, parts, name))
     extra = {"rank": None, "read": (caught, error), "timeline": None, "metric": [], "invalid": False, "n": 0}
@@ -262,8 +265,6 @@ def _replay_run(parts: Any, results: list[tuple[pd.DataFrame, dict]]) -> list[tu
     had one) as serial reading meets them: each part's warnings, then its exception (the
     run's damage: later parts are not looked at), the missing ranks' warning, the
     timeline's. The traces' and the timeline task's results, the timeline's last."""
-    from analysis.readers.rundir import warn_missing_ranks
-
     if isinstance(parts, Exception):  # the run-level pre-pass failed
         raise parts
     n = len(parts.traces)
@@ -283,8 +284,6 @@ def _replay_run(parts: Any, results: list[tuple[pd.DataFrame, dict]]) -> list[tu
 def _plan(runset: Any, rows: list[Any]) -> dict[str, Any]:
     """Each run's :class:`~analysis.readers.rundir.RunDirParts` (its ``run.json`` and
     listing, read here: cheap), or the exception that reading met."""
-    from analysis.readers.rundir import run_dir_parts
-
     plans: dict[str, Any] = {}
     for row in rows:
         try:
@@ -325,8 +324,6 @@ def _rank_tasks(runset: Any, rows: list, plans: dict[str, Any],
 
 
 def _load_events(runset: Any) -> pd.DataFrame:
-    from analysis.readers.rundir import TIMELINE, join_run_frames
-
     rows = runset.runs_to_read("events")
     plans = _plan(runset, rows)
     results = _rank_tasks(
@@ -344,8 +341,6 @@ def _load_events(runset: Any) -> pd.DataFrame:
 def _per_rank(runset: Any, metric: Callable[..., pd.DataFrame], timeline_rank: int | None,
               options: dict) -> pd.DataFrame:
     """:func:`per_run` of a per-rank metric: one task per rank trace of every run."""
-    from analysis.readers.rundir import TIMELINE
-
     rows = sorted(runset.runs_to_read("events"), key=lambda row: str(row.run_id))
     plans = _plan(runset, rows)
 

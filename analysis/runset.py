@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import runtable, schema
+from analysis import runload, runtable, schema
 from analysis.errors import RecoveryWarning, ScalescopeError
+from analysis.readers.rundir import read_run_dir
 from analysis.rundir import (
     EPOCH_COLUMNS,
     FORMAT_VERSION,
@@ -213,8 +214,6 @@ class RunSet:
     def _read_run(path: str, which: str, run_id: str) -> pd.DataFrame:
         if which == "rank_devices":
             return read_rank_devices(path, run_id=run_id)
-        from analysis.readers.rundir import read_run_dir
-
         return read_run_dir(path, kind=which)
 
     def _note_damage(self, run_id: str, found: list[dict], excluded: str, *, stacklevel: int = 4) -> None:
@@ -252,8 +251,6 @@ class RunSet:
 
     def _table(self, which: str) -> pd.DataFrame:
         if self._tables[which] is None:
-            from analysis import runload
-
             in_tasks = which in ("events", "samples") and runload.in_tasks(self)
             self._tables[which] = runload.load_table(self, which) if in_tasks else self.read_runs(which)
         return self._tables[which]
@@ -281,8 +278,6 @@ class RunSet:
         """
         if self.client is not None and self._tables["events"] is None:
             if self._dask_events is None:
-                from analysis import runload
-
                 self._dask_events = runload.dask_events(self)
             return self._dask_events
         return self._table("events")
@@ -367,6 +362,17 @@ class RunSet:
         for value, part in self._runs.groupby(col, sort=True, dropna=False):
             yield value, self._subset(part)
 
+    def reduce(self, metric: Callable[..., pd.DataFrame], *, which: str = "events", **options: object) -> pd.DataFrame:
+        """``metric(table, **options)`` of these runs' ``which`` table (``events`` or
+        ``samples``), computed one run (or, for a metric declared per rank with
+        ``@maps_over``, one rank file) at a time on this RunSet's engine (``workers``,
+        ``client``): only the metric's tables come back, so the events of every run are never
+        in memory at once. Equal to ``metric(rs.events, **options)`` for a metric whose groups
+        are runs (or ranks) and whose table is sorted by ``run_id``; warnings and damage are
+        those of reading the runs one by one. A metric given the RunSet itself
+        (``time_breakdown(rs)``) comes here when it declares how it maps."""
+        return runload.per_run(self, metric, which=which, **options)
+
     def find_max_records(self) -> list[dict]:
         """The ``--find-max`` records of these runs' experiments
         (:func:`analysis.rundir.find_max_records`), for :func:`analysis.metrics.memory_limit`."""
@@ -382,8 +388,6 @@ class RunSet:
         (:mod:`analysis.metrics._mapping`): read and reduced one rank file or one run per
         task on this RunSet's engine (:func:`analysis.runload.map_metric`); the table the
         metric gives on all the events, with the same warnings and damage."""
-        from analysis import runload
-
         return runload.map_metric(self, metric, mapping, options)
 
     def __len__(self) -> int:

@@ -23,6 +23,7 @@ from analysis.metrics.commpath import comm_path
 from analysis.readers import nccl as nccl_reader
 from analysis.readers import read
 from instrumentation import paths
+from instrumentation.failure import exception_line, last_meaningful
 
 RUN, EXP = rundir.RUN_MANIFEST, rundir.EXPERIMENT_MANIFEST
 
@@ -257,8 +258,6 @@ def _failure(entry: dict, m: dict, status: str, log_tail: str | None, run_dir: P
     f = m.get("failure") if isinstance(m.get("failure"), dict) else {}
     cause = entry.get("cause") or f.get("cause")
     if cause is None and log_tail:
-        from instrumentation.failure import exception_line, last_meaningful
-
         found = exception_line(log_tail)
         cause = found[0] if found else last_meaningful(log_tail)
     log = entry.get("log") or f.get("log") or (str(run_dir / rundir.STDERR_LOG) if run_dir is not None else None)

@@ -40,6 +40,8 @@ from analysis.parallel import (
     to_ipc,
     workers_for,
 )
+from analysis.readers import cache_dir as default_cache
+from analysis.readers import read
 
 __all__ = ["POOL_MIN_BYTES", "WithExtra", "concat_tables", "default_workers", "from_ipc",
            "input_bytes", "read_files", "reduce_files", "run_calls", "run_tasks",
@@ -55,8 +57,6 @@ def _deprecated(old: str, new: str) -> None:
 
 
 def _read_one(path: Path, *, format: str | None, cache: bool | None) -> pd.DataFrame:
-    from analysis.readers import read
-
     return read(path, format, cache=cache)
 
 
@@ -165,9 +165,7 @@ def slurm_cluster(
         Not yet scaled: call ``cluster.scale(jobs=N)`` (or ``adapt``) and connect a
         ``distributed.Client(cluster)``. ``cluster.job_script()`` shows what is submitted.
     """
-    from dask_jobqueue import SLURMCluster
-
-    from analysis.readers import cache_dir as default_cache
+    from dask_jobqueue import SLURMCluster  # optional: pip install scalescope[scale]
 
     cache = Path(cache_dir) if cache_dir is not None else default_cache()
     prologue = [f"export SCALESCOPE_CACHE={cache}", "export SCALESCOPE_PROGRESS=0",

@@ -358,3 +358,13 @@ def test_a_process_forked_while_another_thread_records_warnings_can_record():
         done.set()
         t.join()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_ipc_round_trip_keeps_object_text_columns():
+    """A metric's table with text in an object column (``run_id`` after ``astype(object)``)
+    comes back from a worker as object, missing values None, as serially (pandas 3 would
+    make it its str dtype)."""
+    df = pd.DataFrame({"run_id": pd.Series(["a", None], dtype=object), "name": ["x", None], "n": [1, 2]})
+    back = scale.from_ipc(scale.to_ipc(df))
+    pd.testing.assert_frame_equal(back, df)
+    assert back["run_id"].tolist() == ["a", None]

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from decimal import Decimal
+from io import StringIO
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +82,6 @@ def _us_to_ns(value: object) -> int | None:
         if neg:
             s = s[1:]
         if "e" in s or "E" in s:  # not written by us; exact enough through Decimal
-            from decimal import Decimal
-
             exp = Decimal(s).adjusted()  # 1e999999999: no exact product needed
             if exp > 30:
                 ns = _NS_LIMIT  # beyond int64 ns: the caller drops it as such
@@ -441,8 +441,6 @@ def read_samples(path: str | os.PathLike[str], *, run_id: str | None = None) -> 
         rest = rest[:cut]
     names = header.split(",")
     if rest.strip():
-        from io import StringIO
-
         try:
             # a row with too many fields (damage) is skipped and counted below
             df = pd.read_csv(StringIO(rest), header=None, names=names, dtype=object,

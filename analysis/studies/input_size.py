@@ -21,7 +21,7 @@ def study_input_size(ctx: Context) -> Section:
     for size in axes:
         t = M.input_size_table(runs, ctx.per_run, size=size)
         name = size.removeprefix("vary_")
-        lim = M.memory_limit(t, find_max=[r for r in M.find_max_records(runs) if r.get("name") == name])
+        lim = M.memory_limit(t, find_max=[r for r in ctx.rs.find_max_records() if r.get("name") == name])
         sec.figures.append((f"input_size_{name}", P.plot_input_size(t, limit=lim, size_label=f"--{name}")))
         sec.tables.append((f"input_size_{name}", t, "Throughput per size; n_oom: runs that ran out of memory."))
         sec.tables.append((f"memory_limit_{name}", lim, "Largest size that fitted, smallest that did not."))
