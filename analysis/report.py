@@ -26,7 +26,7 @@ from analysis import tables
 from analysis.errors import ScalescopeError, recording
 from analysis.export import NO_BROWSER, export_many, export_table, find_browser
 from analysis.runset import RunSet
-from analysis.studies import STUDIES, Context, Section, Skip
+from analysis.studies import STUDIES, Context, Section, Skip, event_tables
 from instrumentation.progress import printable
 
 __all__ = ["STUDIES", "build_report", "export", "load", "render", "run_studies"]
@@ -132,18 +132,25 @@ def load(dirs: Sequence[str | Path]) -> Context:
     for run_id, text in rs.runs[["run_id", "shared_reads"]].dropna().itertuples(index=False):
         warnings.warn(f"{run_id}: it read {text} in the shared working directory: the runs are not independent "
                       "(`scalescope sweep --cwd run` gives each run a directory of its own)", UserWarning, stacklevel=1)
-    events, events_error = None, None
+    # the studies' tables of the events, run by run: never every run's events at once
+    tables, events_error = None, None
     try:
-        events = rs.events
+        tables = rs.reduce_tables(event_tables, runs=rs.usable_runs(), epochs=rs.epochs)
     except Exception as exc:
         events_error = f"{type(exc).__name__}: {exc}"
+    steps = None if tables is None else tables["steps"]
     try:
-        per_run = M.run_summary(rs)
+        if tables is None:
+            per_run = M.run_summary(rs, steps=False)
+        elif isinstance(steps, pd.DataFrame):
+            per_run = M.run_summary(rs, step_rows=steps)
+        else:  # the step table failed on a run: from all events, as before
+            per_run = M.run_summary(rs)
     except Exception as exc:
         per_run = pd.DataFrame(columns=[*M.scaling.RUN_META, "epoch_time_s", "throughput_samples_per_s",
                                         "samples_per_epoch"])
         events_error = events_error or f"epoch metrics unreadable: {exc}"
-    return Context(rs, events, events_error, per_run)
+    return Context(rs, tables, events_error, per_run)
 
 
 def run_studies(ctx: Context, caught: list) -> list[Section]:

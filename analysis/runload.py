@@ -72,6 +72,7 @@ def _reduce_run(one: Any, *, metric: Callable[..., pd.DataFrame], which: str,
     if rank_devices:
         options = {**options, "rank_devices": one.rank_devices}
     out = metric(getattr(one, which), **options)
+    one.unload(which)  # serially the one-run RunSets live until the last run is done
     return parallel.WithExtra((out, one.damage_records()))
 
 
@@ -154,6 +155,43 @@ def per_run(
     _adopt_damage(runset, extras)
     return (combine or parallel.concat_tables)(parts)
 
+
+
+def _tables_of_run(one: Any, *, func: Callable[..., dict], options: dict) -> parallel.WithExtra:
+    """``func`` of a one-run RunSet's events (a dict of tables), with the damage found
+    reading it; the run's events are dropped when the task ends."""
+    tables = func(one.events, **options)
+    one.unload("events")  # serially the one-run RunSets live until the last run is done
+    return parallel.WithExtra((pd.DataFrame(), (one.damage_records(), tables)))
+
+
+def per_run_tables(runset: Any, func: Callable[..., dict], **options: object) -> dict[str, Any]:
+    """``func(events_of_one_run, **options)`` (a dict of named tables: frames or series) of
+    every usable run, one run per task on the RunSet's engine, each name's parts joined in
+    ``run_id`` order (series keep their index). Only the tables travel back: no process
+    holds more than one run's events. Warnings and damage are those of reading the runs one
+    by one, in ``run_id`` order."""
+    runs = _by_id(runset.split())
+    extras: list = []
+    parallel.run_tasks(partial(_tables_of_run, func=func, options=dict(options)), runs,
+                       label=getattr(func, "__name__", "runs"), extras=extras, **_engine(runset))
+    parts: dict[str, list] = {}
+    for damage, tables in extras:
+        runset.adopt_damage(damage or [])
+        for name, table in tables.items():
+            parts.setdefault(name, []).append(table)
+    return {name: _joined(ts) for name, ts in parts.items()}
+
+
+def _joined(parts: list) -> Any:
+    """One name's tables of the runs as one; the first exception a run's gave instead
+    (``func`` returned it, for its caller to raise where the table is needed)."""
+    error = next((t for t in parts if isinstance(t, BaseException)), None)
+    if error is not None:
+        return error
+    if isinstance(parts[0], pd.Series):  # indexed by run: the index is kept
+        return pd.concat([t for t in parts if len(t)] or parts[:1])
+    return parallel.concat_tables(parts)
 
 
 def _rank_unit(metric: Callable[..., pd.DataFrame], options: dict) -> tuple[bool, int | None]:
@@ -405,6 +443,7 @@ def _reduce_run_caught(one: Any, *, metric: Callable[..., pd.DataFrame], options
     """:func:`_reduce_run` with its warnings kept beside its damage (raised again in order)."""
     with recording() as caught:
         out = metric(one.events, **options)
+    one.unload("events")
     return parallel.WithExtra((out, (one.damage_records(), [(w.category, str(w.message)) for w in caught])))
 
 

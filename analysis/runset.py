@@ -260,6 +260,11 @@ class RunSet:
         (given, loaded, or cut by :meth:`select`), else ``None``; never loads it."""
         return self._tables[which]
 
+    def unload(self, which: str) -> None:
+        """Forget the ``which`` table read from the runs (it is read again when next asked
+        for): the loader drops each run's events once its tables are made."""
+        self._tables[which] = None
+
     def split(self) -> list[RunSet]:
         """One RunSet per usable run, in the runs table's order, read in this process
         (``workers=1``, no client): the units :mod:`analysis.runload` hands to its workers
@@ -372,6 +377,13 @@ class RunSet:
         those of reading the runs one by one. A metric given the RunSet itself
         (``time_breakdown(rs)``) comes here when it declares how it maps."""
         return runload.per_run(self, metric, which=which, **options)
+
+    def reduce_tables(self, func: Callable[..., dict], **options: object) -> dict[str, Any]:
+        """:meth:`reduce` of a function giving several tables of one run's events (a dict
+        of frames or series by name), each joined over the runs in ``run_id`` order: many
+        per-run tables from one reading of each run (the report's studies use it so that
+        the events of every run are never in memory at once)."""
+        return runload.per_run_tables(self, func, **options)
 
     def find_max_records(self) -> list[dict]:
         """The ``--find-max`` records of these runs' experiments

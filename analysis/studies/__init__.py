@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from analysis.studies._base import Context, Section, Skip
+from analysis.studies._base import EVENT_TABLES, Context, Section, Skip, event_tables
 from analysis.studies.backends import study_backends
 from analysis.studies.batch import REFERENCE_BATCH, study_batch
 from analysis.studies.breakdown import study_breakdown
@@ -28,7 +28,7 @@ from analysis.studies.sync import study_sync
 from analysis.studies.usage import study_usage
 from analysis.studies.why import study_why
 
-__all__ = ["REFERENCE_BATCH", "STUDIES", "Context", "Section", "Skip"]
+__all__ = ["EVENT_TABLES", "REFERENCE_BATCH", "STUDIES", "Context", "Section", "Skip", "event_tables"]
 
 #: The report's studies in order: (key, title, function); a function raises Skip to say why
 #: its study cannot run on this experiment.

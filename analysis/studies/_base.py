@@ -32,21 +32,65 @@ class Section:
     skipped: str | None = None
 
 
+#: The tables of the runs' events the studies use: (name, metric, options). The report
+#: computes them run by run (:func:`event_tables` through ``RunSet.reduce_tables``), so the
+#: events of every run are never in memory at once; each equals the metric of all events.
+EVENT_TABLES: tuple[tuple[str, Callable, dict], ...] = (
+    ("breakdown_step", M.time_breakdown, {"level": "step"}),
+    ("breakdown_rank", M.time_breakdown, {"level": "rank"}),
+    ("sync", M.sync_times, {"keep_warmup": True}),
+    ("horovod_allreduce", M.horovod_allreduce, {}),
+    ("ddp_comm_overlap", M.ddp_comm_overlap, {}),
+    ("gpu_breakdown", M.gpu_time_breakdown, {}),
+    ("kernel_step_parts", M.kernel_step_parts, {}),
+    ("between_steps", M.between_steps, {}),
+    ("warmup", M.warmup_summary, {}),
+    ("training_start", M.training_start, {}),
+    ("phase_stragglers", M.phase_stragglers, {}),
+    ("negotiation", M.negotiation_stragglers, {}),
+)
+
+
+def event_tables(events: pd.DataFrame, *, runs: pd.DataFrame, epochs: pd.DataFrame) -> dict[str, object]:
+    """Every table of :data:`EVENT_TABLES` and the step table (``steps``: with the usable
+    ``runs`` and their ``epochs``) of one run's events; a metric that fails gives its
+    exception, raised where a study asks for that table."""
+    out: dict[str, object] = {}
+    for name, metric, options in (*EVENT_TABLES, ("steps", M.step_table, {"runs": runs, "epochs": epochs})):
+        try:
+            out[name] = metric(events, **options)
+        except Exception as exc:  # raised again by Context.event_table, in the study that needs it
+            out[name] = exc
+    return out
+
+
 @dataclass
 class Context:
-    """The loaded experiment every study reads (:func:`analysis.report.load`), and the
-    intermediate tables studies share (``memo``)."""
+    """The loaded experiment every study reads (:func:`analysis.report.load`): the RunSet,
+    the tables of its events (:data:`EVENT_TABLES`, None when the traces could not be read)
+    and the intermediate tables studies share (``memo``)."""
 
     rs: RunSet
-    events: pd.DataFrame | None
+    tables: dict[str, object] | None
     events_error: str | None
     per_run: pd.DataFrame
     cache: dict = field(default_factory=dict)
 
-    def need_events(self) -> pd.DataFrame:
-        if self.events is None:
+    def event_table(self, name: str) -> pd.DataFrame:
+        """A table of :data:`EVENT_TABLES` (or ``steps``) of every usable run's events."""
+        if self.tables is None:
             raise Skip(f"the run traces could not be read: {self.events_error}")
-        return self.events
+        table = self.tables[name]
+        if isinstance(table, BaseException):
+            raise table
+        return table
+
+    def all_events(self) -> pd.DataFrame:
+        """Every usable run's events at once (the RunSet's): only where a study has no
+        table of :data:`EVENT_TABLES` to go on."""
+        if self.tables is None:
+            raise Skip(f"the run traces could not be read: {self.events_error}")
+        return self.rs.events
 
     def memo(self, key: str, fn: Callable[[], object]):
         if key not in self.cache:
@@ -61,11 +105,10 @@ def usable_runs(ctx: Context) -> pd.DataFrame:
 def full_step_breakdown(ctx: Context) -> pd.DataFrame:
     """The step breakdown of the kept full steps (the unit of every study, docs/metrics.md)."""
     def make():
-        ev = ctx.need_events()
-        b = M.time_breakdown(ev, level="step")
+        b = ctx.event_table("breakdown_step")
         if b.empty:
             raise Skip("no run has training-phase records (kind 'phase') in its traces")
-        st = M.step_table(ev, runs=usable_runs(ctx), epochs=ctx.rs.epochs)
+        st = ctx.event_table("steps")
         full = st.loc[st["full"], ["run_id", "rank", "epoch", "step"]]
         return b.merge(full, on=["run_id", "rank", "epoch", "step"], how="inner")
 
@@ -153,7 +196,7 @@ def reporting_notes(ctx: Context, base: str) -> list[str]:
 
 def sync_cost(ctx: Context) -> pd.DataFrame:
     def make():
-        s = M.sync_times(ctx.need_events(), keep_warmup=True)
+        s = ctx.event_table("sync")
         if s.empty:
             raise Skip("no gradient synchronisation records (no 'sync' phase or DDP comm-hook records)")
         return M.sync_cost(s, runs=usable_runs(ctx))

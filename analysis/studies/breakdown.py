@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from analysis import metrics as M
 from analysis import plots as P
 from analysis.studies._base import (
     Context,
@@ -18,23 +17,22 @@ def study_breakdown(ctx: Context) -> Section:
     sec.figures.append(("breakdown", P.plot_breakdown(b)))
     sec.tables.append(("breakdown_by_ranks", b, "Full steps after warm-up, pooled over ranks and repeats, per "
                                                 "configuration and batch size; times are per step."))
-    per_rank = M.time_breakdown(ctx.need_events(), level="rank")
+    per_rank = ctx.event_table("breakdown_rank")
     sec.tables.append(("breakdown_per_rank", per_rank, "Per run and rank."))
-    ev = ctx.need_events()
-    hv = M.horovod_allreduce(ev)
+    hv = ctx.event_table("horovod_allreduce")
     if len(hv):
         sec.figures.append(("horovod_allreduce", P.plot_allreduce_activity(hv)))
         sec.tables.append(("horovod_allreduce", hv, "Horovod timeline activity (fusion duplicates removed on "
                                                      "(name, start)); overlap with rank 0's backward phases."))
-    dd = M.ddp_comm_overlap(ev)
+    dd = ctx.event_table("ddp_comm_overlap")
     if len(dd):
         sec.tables.append(("ddp_comm_overlap", dd, "DDP bucket allreduces (comm hook) and their overlap with "
                                                    "backward."))
-    gpu = M.gpu_time_breakdown(ev)
+    gpu = ctx.event_table("gpu_breakdown")
     if len(gpu):
         sec.figures.append(("gpu_breakdown", P.plot_gpu_breakdown(gpu)))
         sec.tables.append(("gpu_breakdown", gpu, "GPU timeline per rank (HTA's temporal breakdown)."))
-        kp = M.kernel_step_parts(ev)
+        kp = ctx.event_table("kernel_step_parts")
         if len(kp) and kp.groupby("run_id")["rank"].nunique().max() > 1:
             kp = kp.groupby(["run_id", "rank", "source"])[["step_s", "compute_s", "sync_s", "straggler_s",
                                                            "other_s"]].mean().reset_index()
