@@ -1,10 +1,14 @@
-"""Every file scalescope writes goes through here: written to a temporary file in the same
-directory and renamed into place, so a crash, Ctrl-C or a full disk leaves the previous
-version or nothing, never a truncated file.
+"""Every file ``analysis`` writes goes through here: written to a temporary file in the
+same directory and renamed into place, so a crash, Ctrl-C or a full disk leaves the
+previous version or nothing, never a truncated file.
 
 ``replacing(path)`` yields a temporary path for writers that want a path of their own
-(pandas, pyarrow, kaleido); ``write_text`` and ``write_bytes`` cover the rest. A location that
-cannot be written raises :class:`~analysis.errors.OutputError` naming the path.
+(pandas, pyarrow, kaleido; the parse and run caches, whose entries are named by their
+content's digest: ``named=``); ``write_text`` and ``write_bytes`` cover the rest. A location
+that cannot be written raises :class:`~analysis.errors.OutputError` naming the path.
+
+``instrumentation/`` cannot import ``analysis``: its one writer of the same kind is
+:func:`instrumentation.manifest.replacing`.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from analysis.errors import OutputError
@@ -36,8 +42,9 @@ def why_not_written(exc: OSError, dest: Path | None = None) -> str:
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it onto ``path``.
+def replacing(path: str | os.PathLike[str], *, named: Callable[[Path], Path] | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success rename it onto ``path`` (or onto
+    ``named(temporary path)``, a name in the same folder made from the written content).
 
     On any error (or KeyboardInterrupt) the temporary file is removed and ``path`` keeps its
     previous content. An ``OSError`` from creating, writing or renaming becomes an
@@ -59,6 +66,8 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.fsync(fh.fileno())
         with contextlib.suppress(OSError):
             os.chmod(tmp, 0o644)
+        if named is not None:
+            dest = named(tmp)
         os.replace(tmp, dest)
     except OSError as exc:
         raise OutputError(f"cannot write {dest}: {why_not_written(exc, dest)}") from exc
@@ -74,9 +83,6 @@ def _no_sigint() -> Iterator[None]:
     handlers in the main thread whichever thread the signal reached, so the handler is
     swapped for one that notes the signal (masking the signal would not do: another thread
     could take it). Elsewhere than the main thread, nothing."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis import rundir
 from analysis.errors import ScalescopeError
 from instrumentation.progress import printable
 
@@ -342,9 +343,10 @@ def tool_files(
         opened = resolve(experiments, sample="sample_sweep", export=export)
         print(opened.line())
         shown = True
-        runs = [r for d in opened.dirs for r in sorted(d.glob("*/run.json"))]
-        kineto = _first(r.parent / "torch_profiler" for r in runs if (r.parent / "torch_profiler").is_dir())
-        nsys = _first(p for r in runs for p in (r.parent / "nsys").glob("*.sqlite"))
+        runs = [r for d in opened.dirs for r in sorted(d.glob(f"*/{rundir.RUN_MANIFEST}"))]
+        kineto = _first(r.parent / rundir.TORCH_PROFILER_DIR for r in runs
+                        if (r.parent / rundir.TORCH_PROFILER_DIR).is_dir())
+        nsys = _first(p for r in runs for p in (r.parent / rundir.NSYS_DIR).glob(rundir.NSYS_GLOB))
         found = {k: v for k, v in {"kineto": kineto, "nsys": nsys}.items() if v is not None}
         need(found, f"{', '.join(map(_short, opened.dirs))} holds no other tools' files: sweep with "
                     "--torch-profiler (Kineto traces) or --nsys (Nsight Systems), or set the paths in "
@@ -367,8 +369,7 @@ def check_experiment(path: str | os.PathLike[str]) -> Path:
     exp = Path(path).expanduser().resolve()
     if not exp.is_dir():
         raise ScalescopeError(f"{exp}: no such directory")
-    if not (exp / "experiment.json").exists() and not any(exp.glob("*/run.json")) \
-            and not (exp / "run.json").exists():
+    if rundir.kind_of(exp) not in ("run", "experiment", "runs"):
         raise ScalescopeError(f"{exp}: not an experiment directory (no experiment.json or run directories)")
     return exp
 

@@ -54,13 +54,14 @@ def default_workers() -> int:
 
 
 def workers_for(workers: int | None, *, n_tasks: int | None = None, n_bytes: int | None = None) -> int:
-    """The processes to use, decided here only.
+    """The processes to use, decided here only; the one meaning of ``workers=None`` in
+    every function of ``analysis`` that takes it (``docs/scale.md``).
 
-    ``workers`` when given (at least 1). Otherwise the machine's cores
-    (:func:`default_workers`), unless the load is known to be small: with ``n_tasks`` and
-    ``n_bytes``, one task or fewer than :data:`POOL_MIN_BYTES` in all run here (1), which
-    is quicker than starting a pool. :func:`run_tasks` never starts more processes than it
-    has tasks.
+    ``workers`` when given (at least 1). ``None`` decides from the load: one task, or fewer
+    than :data:`POOL_MIN_BYTES` of input in all, run here (1), which is quicker than
+    starting a pool; otherwise the machine's cores (:func:`default_workers`). Where the
+    input's size is not known (``n_bytes`` None: tasks that are not files), the machine's
+    cores. :func:`run_tasks` never starts more processes than it has tasks.
     """
     if workers is not None:
         return max(1, int(workers))
@@ -105,12 +106,18 @@ def from_ipc(buf: bytes) -> pd.DataFrame:
     if buf.startswith(_EMPTY):
         return pickle.loads(buf[len(_EMPTY):])
     table = pa.ipc.open_stream(io.BytesIO(buf)).read_all()
+    # text columns that were object (not pandas' str dtype) come back as str: made object again
+    was_object = {c["name"] for c in (table.schema.pandas_metadata or {}).get("columns", [])
+                  if c.get("numpy_type") == "object"}
     df = table.to_pandas(split_blocks=True, self_destruct=True)
     del table
     for col in df.columns:  # Arrow gives category levels their own dtype; ours are object
         dtype = df[col].dtype
         if isinstance(dtype, pd.CategoricalDtype) and dtype.categories.dtype != object:
             df[col] = df[col].cat.set_categories(dtype.categories.astype(object))
+        elif col in was_object and isinstance(dtype, pd.StringDtype):
+            values = df[col]
+            df[col] = values.astype(object).where(values.notna(), None)
     return df
 
 
@@ -204,15 +211,16 @@ def run_tasks(
     items
         Its arguments, one task each (paths, run descriptions).
     workers
-        Processes of the pool (:func:`workers_for`: ``None`` uses the machine's cores);
-        ``1`` runs the tasks here, one after the other. Ignored with ``client``.
+        Processes of the pool; ``None`` decides from the load (:func:`workers_for`, with
+        ``cost`` as the input's bytes when given: a pool from 64 MiB on); ``1`` runs the
+        tasks here, one after the other. Ignored with ``client``.
     client
         A ``distributed.Client``: the tasks run on its workers.
     label
         Shown on the progress bar.
     cost
-        An estimate of each task's work (e.g. its file's size): the dearest tasks start
-        first, so that a large file given last does not run alone at the end.
+        Each task's input in bytes (its file's size): the dearest tasks start first, so
+        that a large file given last does not run alone at the end.
     extras
         A list that receives, in the order of ``items``, the extra value of each task that
         returned a :class:`WithExtra` (None for the others).
@@ -226,7 +234,8 @@ def run_tasks(
     """
     items = list(items)
     if client is None:
-        n = min(workers_for(workers), len(items))
+        n_bytes = int(sum(cost)) if cost is not None else None
+        n = min(workers_for(workers, n_tasks=len(items), n_bytes=n_bytes), len(items))
         if n <= 1:
             here = [func(item) for item in items]
             if extras is not None:

@@ -1,8 +1,12 @@
-"""The run directory on the analysis side: manifests, epoch metrics, log tails and clock
-offsets, with one set of validation rules (``docs/run-directory.md``).
+"""The run directory on the analysis side, the one module that knows its layout
+(``docs/run-directory.md``): its file names and globs, what kind of directory a path is
+(:func:`kind_of`, decided here only), manifests, epoch metrics, log tails and clock
+offsets, with one set of validation rules.
 
-:mod:`analysis.runset` and the ``scalescope`` reader both use this module, so a run that
-loads into a RunSet also loads its events:
+The runs table (:mod:`analysis.runtable`), the run-directory reader
+(:mod:`analysis.readers.rundir`), :func:`analysis.read_many` and the notebooks all take the
+layout from here. ``instrumentation/`` (which writes it and may not import ``analysis``)
+keeps its own constants; ``tests/test_rundir_layout.py`` checks that the two agree.
 
 * A manifest (``run.json`` or ``experiment.json``) is a regular, readable UTF-8 file holding
   one JSON object whose ``format`` is the expected one (``scalescope.run`` /
@@ -37,23 +41,134 @@ from analysis.errors import ReadError, RecoveryWarning
 from instrumentation.paths import leaves
 
 __all__ = [
+    "EPOCHS_GLOB",
     "EPOCH_COLUMNS",
     "EPOCH_SCHEMA",
     "EXPERIMENT_FORMAT",
+    "EXPERIMENT_MANIFEST",
     "EXPERIMENT_RUN_SCHEMA",
     "EXPERIMENT_SCHEMA",
     "FORMAT_VERSION",
+    "LOGS",
+    "NSYS_DIR",
+    "NSYS_GLOB",
+    "REPORT_DIR",
     "RUN_FORMAT",
+    "RUN_MANIFEST",
     "RUN_SCHEMA",
+    "SAMPLES_GLOB",
+    "STDERR_LOG",
+    "STDOUT_LOG",
+    "TIMELINE",
+    "TORCH_PROFILER_DIR",
+    "TORCH_PROFILER_GLOB",
+    "TRACE_GLOB",
     "checked_manifest",
     "clean_fields",
     "clock_offsets",
+    "epoch_files",
     "field_damage",
+    "find_max_records",
+    "kind_of",
     "load_manifest",
     "log_tail",
+    "looks_like_run",
+    "profiler_files",
     "read_epochs",
     "read_manifest",
+    "run_dirs_below",
+    "sample_files",
+    "trace_files",
 ]
+
+# --------------------------------------------------------------------------------------
+# The layout: every file name and glob of a run or experiment directory.
+
+#: The experiment's manifest (written by ``scalescope sweep``).
+EXPERIMENT_MANIFEST = "experiment.json"
+#: A run's manifest: a directory holding one is a run directory.
+RUN_MANIFEST = "run.json"
+#: Each rank's own trace, ``rank-NNNNN.trace.json`` (``.gz`` once compressed).
+TRACE_GLOB = "rank-*.trace.json*"
+_TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
+#: Each rank's epoch metrics, ``rank-NNNNN.epochs.jsonl``.
+EPOCHS_GLOB = "rank-*.epochs.jsonl"
+#: Each node sampler's ``samples-<host>.csv``.
+SAMPLES_GLOB = "samples-*.csv"
+#: The Horovod timeline of a Horovod run.
+TIMELINE = "horovod_timeline.json"
+STDERR_LOG, STDOUT_LOG = "stderr.log", "stdout.log"
+#: The run's logs, in the order their tails are quoted.
+LOGS = (STDERR_LOG, STDOUT_LOG)
+#: The outside profilers' outputs (``docs/profilers.md``): a directory and a glob each.
+TORCH_PROFILER_DIR, TORCH_PROFILER_GLOB = "torch_profiler", "*.pt.trace.json*"
+NSYS_DIR, NSYS_GLOB = "nsys", "*.sqlite"
+#: Where ``scalescope report`` writes inside an experiment (never a run).
+REPORT_DIR = "report"
+
+
+def trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The rank traces of a run directory, sorted by name."""
+    return sorted(p for p in Path(run_dir).iterdir()
+                  if p.name.startswith("rank-") and p.name.endswith(_TRACE_SUFFIXES))
+
+
+def epoch_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The ranks' epoch metrics files of a run directory, sorted by name."""
+    return sorted(Path(run_dir).glob(EPOCHS_GLOB))
+
+
+def sample_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The node samplers' files of a run directory, sorted by name."""
+    return sorted(Path(run_dir).glob(SAMPLES_GLOB))
+
+
+def profiler_files(run_dir: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """The outside profilers' per-rank outputs of a run directory and the format of each:
+    ``torch_profiler/*.pt.trace.json[.gz]`` (``kineto``), then ``nsys/*.sqlite``
+    (``nsys_sqlite``)."""
+    run_dir = Path(run_dir)
+    files = [(f, "kineto") for f in sorted((run_dir / TORCH_PROFILER_DIR).glob(TORCH_PROFILER_GLOB))
+             if not f.name.startswith(".")]
+    return files + [(f, "nsys_sqlite") for f in sorted((run_dir / NSYS_DIR).glob(NSYS_GLOB))]
+
+
+def looks_like_run(d: Path) -> bool:
+    """A directory holding a run's files (traces, epochs, samples or logs), with or
+    without a ``run.json``."""
+    try:
+        return d.is_dir() and any(f.name.startswith(("rank-", "samples-")) or f.name in LOGS for f in d.iterdir())
+    except OSError:
+        return False
+
+
+def run_dirs_below(path: str | os.PathLike[str]) -> list[Path]:
+    """Every run directory at any depth below ``path`` (holding a ``run.json``), sorted."""
+    return sorted(d.parent for d in Path(path).rglob(RUN_MANIFEST))
+
+
+def kind_of(path: str | os.PathLike[str]) -> str | None:
+    """What a directory is, decided here only:
+
+    * ``"run"``: it holds a ``run.json`` (a file);
+    * ``"experiment"``: it holds an ``experiment.json``;
+    * ``"runs"``: a directory of run directories;
+    * ``"experiments"``: a directory of experiment directories and no run directories;
+    * ``None``: none of these (or not a directory).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    if (path / RUN_MANIFEST).is_file():
+        return "run"
+    if (path / EXPERIMENT_MANIFEST).exists():
+        return "experiment"
+    children = [d for d in path.iterdir() if d.is_dir()]
+    if any((d / RUN_MANIFEST).exists() for d in children):
+        return "runs"
+    if any((d / EXPERIMENT_MANIFEST).is_file() for d in children):
+        return "experiments"
+    return None
 
 RUN_FORMAT = "scalescope.run"
 EXPERIMENT_FORMAT = "scalescope.experiment"
@@ -267,7 +382,7 @@ def checked_manifest(run_dir: Path, run_id: str | None = None) -> tuple[dict, li
     problems: list[str] = []
     m = read_manifest(run_dir, problems)
     rid = run_id or (m.get("run_id") if isinstance(m.get("run_id"), str) else None) or Path(run_dir).name
-    return m, field_damage("run.json fields", Path(run_dir) / "run.json", problems, rid)
+    return m, field_damage(f"{RUN_MANIFEST} fields", Path(run_dir) / RUN_MANIFEST, problems, rid)
 
 
 def load_manifest(path: str | os.PathLike[str], fmt: str) -> dict:
@@ -314,7 +429,7 @@ def read_manifest(path: str | os.PathLike[str], problems: list[str] | None = Non
     :class:`RecoveryWarning` naming the file."""
     path = Path(path)
     if path.is_dir():
-        path = path / "run.json"
+        path = path / RUN_MANIFEST
     found: list[str] = []
     data = clean_fields(load_manifest(path, RUN_FORMAT), RUN_SCHEMA, found)
     if problems is not None:
@@ -344,7 +459,7 @@ def log_tail(run_dir: str | os.PathLike[str] | None, n_lines: int = 20) -> str |
     if run_dir is None:
         return None
     parts = []
-    for name in ("stderr.log", "stdout.log"):
+    for name in LOGS:
         f = Path(run_dir) / name
         try:
             if not f.is_file() or leaves(f):  # a link out of the experiment: never quoted
@@ -451,12 +566,12 @@ def read_epochs(run_dir: str | os.PathLike[str], *, run_id: str | None = None,
     run_dir = Path(run_dir)
     if run_id is None:
         try:
-            run_id = read_manifest(run_dir).get("run_id") if (run_dir / "run.json").exists() else None
+            run_id = read_manifest(run_dir).get("run_id") if (run_dir / RUN_MANIFEST).exists() else None
         except ReadError:
             run_id = None
         run_id = run_id or run_dir.name
     frames = []
-    for f in sorted(run_dir.glob("rank-*.epochs.jsonl")):
+    for f in epoch_files(run_dir):
         try:
             problems: list[str] = []
             rows = _epoch_rows(f, problems)
@@ -485,3 +600,20 @@ def read_epochs(run_dir: str | os.PathLike[str], *, run_id: str | None = None,
         return _empty_epochs()
     df = pd.concat(frames, ignore_index=True)
     return df.sort_values(["rank", "epoch"], kind="stable").reset_index(drop=True)
+
+
+def find_max_records(runs: pd.DataFrame) -> list[dict]:
+    """The ``find_max`` records (``scalescope sweep --find-max``) of the experiments the runs
+    of a runs table belong to, read from their ``experiment.json`` (one that cannot be read
+    adds none); pass them to :func:`analysis.metrics.memory_limit`."""
+    out = []
+    for path in sorted({str(Path(p).parent) for p in runs["path"].dropna()}):
+        f = Path(path) / EXPERIMENT_MANIFEST
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        out.extend(r for r in data.get("find_max") or [] if isinstance(r, dict))
+    return out

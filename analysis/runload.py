@@ -24,9 +24,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import parallel, schema
+from analysis import parallel, rundir, schema
 from analysis.errors import recording
 from analysis.readers.cache import run_entry
+from analysis.readers.rundir import (
+    TIMELINE,
+    join_run_frames,
+    read_run_part,
+    run_dir_parts,
+    warn_missing_ranks,
+)
 
 
 def in_tasks(runset: Any) -> bool:
@@ -39,7 +46,7 @@ def in_tasks(runset: Any) -> bool:
         return parallel.workers_for(runset.workers) > 1
     paths = [p for p in runset.usable_runs()["path"] if p is not None and Path(p).is_dir()]
     # a task per rank file: one run of many ranks is worth a pool too
-    n_tasks = sum(max(1, len(list(Path(p).glob("rank-*.trace.json*")))) for p in paths)
+    n_tasks = sum(max(1, len(rundir.trace_files(p))) for p in paths)
     return parallel.workers_for(None, n_tasks=n_tasks, n_bytes=sum(parallel.input_bytes(p) for p in paths)) > 1
 
 
@@ -65,6 +72,7 @@ def _reduce_run(one: Any, *, metric: Callable[..., pd.DataFrame], which: str,
     if rank_devices:
         options = {**options, "rank_devices": one.rank_devices}
     out = metric(getattr(one, which), **options)
+    one.unload(which)  # serially the one-run RunSets live until the last run is done
     return parallel.WithExtra((out, one.damage_records()))
 
 
@@ -80,7 +88,7 @@ def load_table(runset: Any, which: str) -> pd.DataFrame:
     same frame, warnings and damage as reading the runs one after the other.
 
     The events are read one rank file at a time (each rank's trace, and the Horovod
-    timeline: :func:`analysis.readers.scalescope.read_run_part`), so one run of many ranks
+    timeline: :func:`analysis.readers.rundir.read_run_part`), so one run of many ranks
     keeps every worker busy; the runs are joined here in the runs table's order. The
     samples (one file per node) are read run by run."""
     if which not in ("events", "samples"):
@@ -147,6 +155,43 @@ def per_run(
     _adopt_damage(runset, extras)
     return (combine or parallel.concat_tables)(parts)
 
+
+
+def _tables_of_run(one: Any, *, func: Callable[..., dict], options: dict) -> parallel.WithExtra:
+    """``func`` of a one-run RunSet's events (a dict of tables), with the damage found
+    reading it; the run's events are dropped when the task ends."""
+    tables = func(one.events, **options)
+    one.unload("events")  # serially the one-run RunSets live until the last run is done
+    return parallel.WithExtra((pd.DataFrame(), (one.damage_records(), tables)))
+
+
+def per_run_tables(runset: Any, func: Callable[..., dict], **options: object) -> dict[str, Any]:
+    """``func(events_of_one_run, **options)`` (a dict of named tables: frames or series) of
+    every usable run, one run per task on the RunSet's engine, each name's parts joined in
+    ``run_id`` order (series keep their index). Only the tables travel back: no process
+    holds more than one run's events. Warnings and damage are those of reading the runs one
+    by one, in ``run_id`` order."""
+    runs = _by_id(runset.split())
+    extras: list = []
+    parallel.run_tasks(partial(_tables_of_run, func=func, options=dict(options)), runs,
+                       label=getattr(func, "__name__", "runs"), extras=extras, **_engine(runset))
+    parts: dict[str, list] = {}
+    for damage, tables in extras:
+        runset.adopt_damage(damage or [])
+        for name, table in tables.items():
+            parts.setdefault(name, []).append(table)
+    return {name: _joined(ts) for name, ts in parts.items()}
+
+
+def _joined(parts: list) -> Any:
+    """One name's tables of the runs as one; the first exception a run's gave instead
+    (``func`` returned it, for its caller to raise where the table is needed)."""
+    error = next((t for t in parts if isinstance(t, BaseException)), None)
+    if error is not None:
+        return error
+    if isinstance(parts[0], pd.Series):  # indexed by run: the index is kept
+        return pd.concat([t for t in parts if len(t)] or parts[:1])
+    return parallel.concat_tables(parts)
 
 
 def _rank_unit(metric: Callable[..., pd.DataFrame], options: dict) -> tuple[bool, int | None]:
@@ -216,8 +261,6 @@ def _again(caught: list[tuple[type, str]], error: tuple[str, Any] | None = None)
 def _read_part(item: tuple[Any, str]) -> parallel.WithExtra:
     """One part of a run directory (a rank trace or the timeline) with its warnings, rank
     and problem (:func:`_replay_run` raises them in serial reading's order)."""
-    from analysis.readers.scalescope import read_run_part
-
     parts, name = item
     out, caught, error = _caught(partial(read_run_part, parts, name))
     frames, rank = out if out is not None else ([], None)
@@ -230,8 +273,6 @@ def _reduce_part(item: tuple[Any, str, str, bool], *, metric: Callable[..., pd.D
     """``metric`` of one rank trace's rows (with the run's Horovod timeline when
     ``with_timeline``), as they are in the run's events; or, for the timeline alone, its
     warnings and problem only (no table)."""
-    from analysis.readers.scalescope import TIMELINE, join_run_frames, read_run_part
-
     parts, name, run_id, with_timeline = item
     out, caught, error = _caught(partial(read_run_part, parts, name))
     extra = {"rank": None, "read": (caught, error), "timeline": None, "metric": [], "invalid": False, "n": 0}
@@ -262,8 +303,6 @@ def _replay_run(parts: Any, results: list[tuple[pd.DataFrame, dict]]) -> list[tu
     had one) as serial reading meets them: each part's warnings, then its exception (the
     run's damage: later parts are not looked at), the missing ranks' warning, the
     timeline's. The traces' and the timeline task's results, the timeline's last."""
-    from analysis.readers.scalescope import warn_missing_ranks
-
     if isinstance(parts, Exception):  # the run-level pre-pass failed
         raise parts
     n = len(parts.traces)
@@ -281,10 +320,8 @@ def _replay_run(parts: Any, results: list[tuple[pd.DataFrame, dict]]) -> list[tu
 
 
 def _plan(runset: Any, rows: list[Any]) -> dict[str, Any]:
-    """Each run's :class:`~analysis.readers.scalescope.RunDirParts` (its ``run.json`` and
+    """Each run's :class:`~analysis.readers.rundir.RunDirParts` (its ``run.json`` and
     listing, read here: cheap), or the exception that reading met."""
-    from analysis.readers.scalescope import run_dir_parts
-
     plans: dict[str, Any] = {}
     for row in rows:
         try:
@@ -325,8 +362,6 @@ def _rank_tasks(runset: Any, rows: list, plans: dict[str, Any],
 
 
 def _load_events(runset: Any) -> pd.DataFrame:
-    from analysis.readers.scalescope import TIMELINE, join_run_frames
-
     rows = runset.runs_to_read("events")
     plans = _plan(runset, rows)
     results = _rank_tasks(
@@ -344,8 +379,6 @@ def _load_events(runset: Any) -> pd.DataFrame:
 def _per_rank(runset: Any, metric: Callable[..., pd.DataFrame], timeline_rank: int | None,
               options: dict) -> pd.DataFrame:
     """:func:`per_run` of a per-rank metric: one task per rank trace of every run."""
-    from analysis.readers.scalescope import TIMELINE
-
     rows = sorted(runset.runs_to_read("events"), key=lambda row: str(row.run_id))
     plans = _plan(runset, rows)
 
@@ -410,6 +443,7 @@ def _reduce_run_caught(one: Any, *, metric: Callable[..., pd.DataFrame], options
     """:func:`_reduce_run` with its warnings kept beside its damage (raised again in order)."""
     with recording() as caught:
         out = metric(one.events, **options)
+    one.unload("events")
     return parallel.WithExtra((out, (one.damage_records(), [(w.category, str(w.message)) for w in caught])))
 
 

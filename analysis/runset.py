@@ -25,9 +25,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import runtable, schema
+from analysis import runload, runtable, schema
 from analysis.errors import RecoveryWarning, ScalescopeError
-from analysis.rundir import EPOCH_COLUMNS, FORMAT_VERSION, read_epochs
+from analysis.readers.rundir import read_run_dir
+from analysis.rundir import (
+    EPOCH_COLUMNS,
+    FORMAT_VERSION,
+    RUN_MANIFEST,
+    find_max_records,
+    read_epochs,
+)
 from analysis.runtable import (
     DAMAGE_COLUMNS,
     OK_STATUS,
@@ -153,7 +160,7 @@ class RunSet:
         """The usable runs whose ``which`` table is read (rows of the runs table): those
         with a run directory, and for all but the epochs a usable ``run.json`` (a run
         without one, recorded when scanned, has no events, samples or GPU mapping)."""
-        no_manifest = {d["run_id"] for d in self._damage if d["part"] in ("run.json", "run directory")}
+        no_manifest = {d["run_id"] for d in self._damage if d["part"] in (RUN_MANIFEST, "run directory")}
         return [row for row in self.usable_runs().itertuples(index=False)
                 if row.path is not None and Path(row.path).is_dir()
                 and (which == "epochs" or row.run_id not in no_manifest)]
@@ -207,8 +214,6 @@ class RunSet:
     def _read_run(path: str, which: str, run_id: str) -> pd.DataFrame:
         if which == "rank_devices":
             return read_rank_devices(path, run_id=run_id)
-        from analysis.readers.scalescope import read_run_dir
-
         return read_run_dir(path, kind=which)
 
     def _note_damage(self, run_id: str, found: list[dict], excluded: str, *, stacklevel: int = 4) -> None:
@@ -246,8 +251,6 @@ class RunSet:
 
     def _table(self, which: str) -> pd.DataFrame:
         if self._tables[which] is None:
-            from analysis import runload
-
             in_tasks = which in ("events", "samples") and runload.in_tasks(self)
             self._tables[which] = runload.load_table(self, which) if in_tasks else self.read_runs(which)
         return self._tables[which]
@@ -256,6 +259,11 @@ class RunSet:
         """The ``events``/``samples``/``epochs``/``rank_devices`` table if it is in memory
         (given, loaded, or cut by :meth:`select`), else ``None``; never loads it."""
         return self._tables[which]
+
+    def unload(self, which: str) -> None:
+        """Forget the ``which`` table read from the runs (it is read again when next asked
+        for): the loader drops each run's events once its tables are made."""
+        self._tables[which] = None
 
     def split(self) -> list[RunSet]:
         """One RunSet per usable run, in the runs table's order, read in this process
@@ -275,8 +283,6 @@ class RunSet:
         """
         if self.client is not None and self._tables["events"] is None:
             if self._dask_events is None:
-                from analysis import runload
-
                 self._dask_events = runload.dask_events(self)
             return self._dask_events
         return self._table("events")
@@ -361,6 +367,29 @@ class RunSet:
         for value, part in self._runs.groupby(col, sort=True, dropna=False):
             yield value, self._subset(part)
 
+    def reduce(self, metric: Callable[..., pd.DataFrame], *, which: str = "events", **options: object) -> pd.DataFrame:
+        """``metric(table, **options)`` of these runs' ``which`` table (``events`` or
+        ``samples``), computed one run (or, for a metric declared per rank with
+        ``@maps_over``, one rank file) at a time on this RunSet's engine (``workers``,
+        ``client``): only the metric's tables come back, so the events of every run are never
+        in memory at once. Equal to ``metric(rs.events, **options)`` for a metric whose groups
+        are runs (or ranks) and whose table is sorted by ``run_id``; warnings and damage are
+        those of reading the runs one by one. A metric given the RunSet itself
+        (``time_breakdown(rs)``) comes here when it declares how it maps."""
+        return runload.per_run(self, metric, which=which, **options)
+
+    def reduce_tables(self, func: Callable[..., dict], **options: object) -> dict[str, Any]:
+        """:meth:`reduce` of a function giving several tables of one run's events (a dict
+        of frames or series by name), each joined over the runs in ``run_id`` order: many
+        per-run tables from one reading of each run (the report's studies use it so that
+        the events of every run are never in memory at once)."""
+        return runload.per_run_tables(self, func, **options)
+
+    def find_max_records(self) -> list[dict]:
+        """The ``--find-max`` records of these runs' experiments
+        (:func:`analysis.rundir.find_max_records`), for :func:`analysis.metrics.memory_limit`."""
+        return find_max_records(self._runs)
+
     def apply(self, func: Callable[[RunSet], pd.DataFrame]) -> pd.DataFrame:
         """Call ``func`` on this RunSet (convenience for method chains)."""
         return func(self)
@@ -371,8 +400,6 @@ class RunSet:
         (:mod:`analysis.metrics._mapping`): read and reduced one rank file or one run per
         task on this RunSet's engine (:func:`analysis.runload.map_metric`); the table the
         metric gives on all the events, with the same warnings and damage."""
-        from analysis import runload
-
         return runload.map_metric(self, metric, mapping, options)
 
     def __len__(self) -> int:

@@ -23,6 +23,9 @@ from analysis.metrics.commpath import comm_path
 from analysis.readers import nccl as nccl_reader
 from analysis.readers import read
 from instrumentation import paths
+from instrumentation.failure import exception_line, last_meaningful
+
+RUN, EXP = rundir.RUN_MANIFEST, rundir.EXPERIMENT_MANIFEST
 
 
 def nccl_logs(run_dir: str | os.PathLike[str] | None) -> list[Path]:
@@ -32,7 +35,7 @@ def nccl_logs(run_dir: str | os.PathLike[str] | None) -> list[Path]:
         return []
     logs = sorted(Path(run_dir).glob("nccl.*.log"))
     if not logs:
-        logs = [p for p in (Path(run_dir) / "stdout.log",) if p.is_file() and nccl_reader.sniff(p)]
+        logs = [p for p in (Path(run_dir) / rundir.STDOUT_LOG,) if p.is_file() and nccl_reader.sniff(p)]
     return logs
 
 
@@ -256,11 +259,9 @@ def _failure(entry: dict, m: dict, status: str, log_tail: str | None, run_dir: P
     f = m.get("failure") if isinstance(m.get("failure"), dict) else {}
     cause = entry.get("cause") or f.get("cause")
     if cause is None and log_tail:
-        from instrumentation.failure import exception_line, last_meaningful
-
         found = exception_line(log_tail)
         cause = found[0] if found else last_meaningful(log_tail)
-    log = entry.get("log") or f.get("log") or (str(run_dir / "stderr.log") if run_dir is not None else None)
+    log = entry.get("log") or f.get("log") or (str(run_dir / rundir.STDERR_LOG) if run_dir is not None else None)
     return dict(zip(keys, (cause, entry.get("cause_rank", f.get("cause_rank")), log,
                            entry.get("hint") or f.get("hint")), strict=True))
 
@@ -438,15 +439,6 @@ def _damage(part: str, path: Path | str | None, reason: str, excluded: str, run_
             "excluded": excluded}
 
 
-def _looks_like_run(d: Path) -> bool:
-    """A directory holding a run's files (traces, epochs, samples or logs) but no run.json."""
-    try:
-        return d.is_dir() and any(f.name.startswith(("rank-", "samples-")) or f.name in ("stdout.log", "stderr.log")
-                                  for f in d.iterdir())
-    except OSError:
-        return False
-
-
 #: What an unknown number of ranks leaves out: the studies place every run by its ranks.
 _NO_RANKS = "the whole run (it cannot be placed on the ranks axis of any study)"
 def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
@@ -455,7 +447,7 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
     run_dir = path / str(entry["run_id"])
     problems: list[str] = []
     entry = rundir.clean_fields(entry, rundir.EXPERIMENT_RUN_SCHEMA, problems, prefix=f"runs.{entry['run_id']}.")
-    damage = rundir.field_damage("experiment.json", path / "experiment.json", problems, str(entry["run_id"]))
+    damage = rundir.field_damage(EXP, path / EXP, problems, str(entry["run_id"]))
     expected = entry.get("status") in (OK_STATUS, None)
     if paths.leaves(run_dir):
         damage.append(_damage("run directory", run_dir, paths.LEAVES, "all data"))
@@ -467,15 +459,15 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
         return (name, entry, None, None, damage)
     manifest = None
     damage.extend(_logs_out(run_dir))
-    if (run_dir / "run.json").exists():
+    if (run_dir / RUN).exists():
         try:
             manifest, bad_fields = rundir.checked_manifest(run_dir, str(entry["run_id"]))
             damage.extend(bad_fields)
         except ReadError as exc:
-            damage.append(_damage("run.json", run_dir / "run.json", exc.problem,
+            damage.append(_damage(RUN, run_dir / RUN, exc.problem,
                                   "events, samples and GPU mapping (the run's row comes from experiment.json)"))
     elif expected:
-        damage.append(_damage("run.json", run_dir / "run.json", "missing",
+        damage.append(_damage(RUN, run_dir / RUN, "missing",
                               "events, samples and GPU mapping (the run's row comes from experiment.json)"))
     return (name, entry, run_dir, manifest, damage)
 
@@ -483,7 +475,7 @@ def _experiment_run(path: Path, name: str, entry: dict) -> _Scanned:
 def _logs_out(run_dir: Path) -> list[dict]:
     """The run's logs that are links out of the experiment: named, never quoted (the other
     files are named by the reader that refuses them)."""
-    return [_damage("log", f, paths.LEAVES, "its log tail") for f in (run_dir / "stderr.log", run_dir / "stdout.log")
+    return [_damage("log", f, paths.LEAVES, "its log tail") for f in (run_dir / name for name in rundir.LOGS)
             if f.is_symlink() and paths.leaves(f)]
 
 
@@ -498,27 +490,27 @@ def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[d
         found, damage = _scan_dirs(path, path.name)
         if not found:
             raise
-        note = _damage("experiment.json", exp_file, exc.problem,
+        note = _damage(EXP, exp_file, exc.problem,
                        "the launcher's records (status, exit code, log tail); runs found from their run.json")
         return found, [note, *damage]
     problems: list[str] = []
     exp = rundir.clean_fields(exp, rundir.EXPERIMENT_SCHEMA, problems)
     name = exp.get("name") or path.name
-    out, damage, listed = [], rundir.field_damage("experiment.json", exp_file, problems, None), set()
+    out, damage, listed = [], rundir.field_damage(EXP, exp_file, problems, None), set()
     for i, entry in enumerate(runs):
         rid = entry.get("run_id") if isinstance(entry, dict) else None
         if not paths.is_run_id(rid):  # "../x", "/abs", "..": never followed out of the experiment
-            damage.append(_damage("experiment.json", exp_file, f"runs[{i}] has no valid run_id (not a directory "
+            damage.append(_damage(EXP, exp_file, f"runs[{i}] has no valid run_id (not a directory "
                                   "name inside the experiment; not followed)", f"runs[{i}]"))
             continue
         listed.add(rid)
         out.append(_experiment_run(path, name, entry))
-    unlisted = sorted(d.name for d in path.iterdir() if (d / "run.json").is_file() and d.name not in listed)
+    unlisted = sorted(d.name for d in path.iterdir() if (d / RUN).is_file() and d.name not in listed)
     if unlisted:
         warnings.warn(f"{exp_file}: {len(unlisted)} run director(ies) not listed in the manifest are ignored: "
                       + ", ".join(unlisted[:10]), RecoveryWarning, stacklevel=4)
     for d in sorted(path.iterdir()):
-        if d.name not in listed and not (d / "run.json").exists() and d.name != "report" and _looks_like_run(d):
+        if d.name not in listed and not (d / RUN).exists() and d.name != rundir.REPORT_DIR and rundir.looks_like_run(d):
             damage.append(_damage("run directory", d, "not listed in experiment.json and has no run.json",
                                   "all data", run_id=d.name))
     return out, damage
@@ -527,14 +519,14 @@ def _scan_experiment(path: Path, exp_file: Path) -> tuple[list[_Scanned], list[d
 def _scan_dirs(path: Path, name: str) -> tuple[list[_Scanned], list[dict]]:
     """The run directories (holding a run.json) inside ``path``."""
     out = []
-    for d in sorted(d for d in path.iterdir() if (d / "run.json").exists()):
+    for d in sorted(d for d in path.iterdir() if (d / RUN).exists()):
         if paths.leaves(d):
             out.append((name, {"run_id": d.name}, None, None, [_damage("run directory", d, paths.LEAVES, "all data", run_id=d.name)]))
             continue
         try:
             out.append((name, {}, d, *rundir.checked_manifest(d)))
         except ReadError as exc:
-            out.append((name, {}, d, None, [_damage("run.json", d / "run.json", exc.problem, "all data")]))
+            out.append((name, {}, d, None, [_damage(RUN, d / RUN, exc.problem, "all data")]))
     return out, []
 
 
@@ -547,19 +539,18 @@ def _scan(path: Path) -> tuple[list[_Scanned], list[dict]]:
         raise ReadError(path, "directory not found")
     if not path.is_dir():
         raise ReadError(path, "not a directory (expected an experiment or run directory)")
-    if (path / "run.json").is_file():
+    kind = rundir.kind_of(path)
+    if kind == "run":
         manifest, bad_fields = rundir.checked_manifest(path)
         return [(None, {}, path, manifest, [])], bad_fields
-    exp_file = path / "experiment.json"
-    if exp_file.exists():
-        return _scan_experiment(path, exp_file)
-    found, damage = _scan_dirs(path, path.name)
-    experiments = sorted(d for d in path.iterdir() if (d / "experiment.json").is_file())
-    if not found and experiments:  # a folder of experiments (e.g. one per partition)
-        parts = [_scan(d) for d in experiments]
+    if kind == "experiment":
+        return _scan_experiment(path, path / EXP)
+    if kind == "experiments":  # a folder of experiments (e.g. one per partition)
+        parts = [_scan(d) for d in sorted(d for d in path.iterdir() if (d / EXP).is_file())]
         return [f for p in parts for f in p[0]], [d for p in parts for d in p[1]]
+    found, damage = _scan_dirs(path, path.name)
     if not found:
-        raise ReadError(path, "neither an experiment directory (experiment.json) nor a run directory (run.json), "
+        raise ReadError(path, f"neither an experiment directory ({EXP}) nor a run directory ({RUN}), "
                               "and no run or experiment directories inside")
     return found, damage
 
@@ -604,7 +595,7 @@ def runs_table(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str])
         raise ScalescopeError("the same run was given twice: " + ", ".join(sorted(ids[dup].astype(str))))
     for r, dmg in zip(rows, run_damage, strict=True):
         if r["status"] == OK_STATUS and r["n_ranks"] is None:
-            dmg = [*dmg, _damage("run.json", r["path"], "the number of ranks is unknown (world_size and "
+            dmg = [*dmg, _damage(RUN, r["path"], "the number of ranks is unknown (world_size and "
                                  "config.np are missing or damaged)", _NO_RANKS)]
         damage.extend({**d, "run_id": r["run_id"]} for d in dmg)
     return _typed_runs(rows), damage

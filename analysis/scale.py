@@ -1,27 +1,25 @@
 """Experiments that outgrow one process: every core of a machine, or a Dask cluster.
 
-The public face of three modules, each with one job:
-
-* :mod:`analysis.parallel`, the one engine (serial, process pool, Dask) and the one worker
-  policy (:func:`~analysis.parallel.workers_for`): :func:`run_tasks`, :func:`run_calls`,
-  :func:`concat_tables`, :func:`to_ipc`/:func:`from_ipc`, :func:`default_workers`;
-* :mod:`analysis.runload`, a RunSet's runs read and reduced on it: :func:`load_table`,
-  :func:`per_run`, :func:`dask_events`;
-* here: files read or reduced on it (:func:`read_files`, :func:`reduce_files`) and
-  :func:`slurm_cluster` for ``dask-jobqueue``.
+Loading many runs has one public door for files, :func:`analysis.read_many` (``workers=``,
+``client=``, ``reduce=``), and one for experiments, :class:`analysis.runset.RunSet`
+(``workers=``, ``client=``, and the metrics given a RunSet, run file by file or run by run
+on its engine). Both run on :mod:`analysis.parallel`, the one engine (serial, process pool,
+Dask) and the one worker policy (:func:`~analysis.parallel.workers_for`). Here:
+:func:`slurm_cluster` for ``dask-jobqueue``, the engine's names, and two deprecated aliases
+(:func:`read_files`, :func:`reduce_files`).
 
 Results, warnings and errors are those of serial reading, in the order of the inputs
 (``docs/scale.md``).
 
->>> from analysis import scale
->>> frames = scale.read_files(["rank0.json", "rank1.json"], workers=2)   # doctest: +SKIP
->>> table = scale.reduce_files(files, gpu_time_breakdown, client=client)  # doctest: +SKIP
+>>> import analysis
+>>> table = analysis.read_many(files, reduce=gpu_time_breakdown, client=client)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -42,11 +40,16 @@ from analysis.parallel import (
     to_ipc,
     workers_for,
 )
-from analysis.runload import dask_events, load_table, per_run
+from analysis.readers import cache_dir as default_cache
+from analysis.readers import read
 
-__all__ = ["POOL_MIN_BYTES", "WithExtra", "concat_tables", "dask_events", "default_workers", "from_ipc",
-           "input_bytes", "load_table", "per_run", "read_files", "reduce_files", "run_calls", "run_tasks",
+__all__ = ["POOL_MIN_BYTES", "WithExtra", "concat_tables", "default_workers", "from_ipc",
+           "input_bytes", "read_files", "reduce_files", "run_calls", "run_tasks",
            "slurm_cluster", "to_ipc", "workers_for"]
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"analysis.scale.{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
 
 
 # --------------------------------------------------------------------------------------
@@ -54,8 +57,6 @@ __all__ = ["POOL_MIN_BYTES", "WithExtra", "concat_tables", "dask_events", "defau
 
 
 def _read_one(path: Path, *, format: str | None, cache: bool | None) -> pd.DataFrame:
-    from analysis.readers import read
-
     return read(path, format, cache=cache)
 
 
@@ -67,8 +68,10 @@ def read_files(
     workers: int | None = None,
     client: Any = None,
 ) -> list[pd.DataFrame]:
-    """:func:`analysis.read` of every file, in parallel (one file per task); frames in the
-    order of ``paths``."""
+    """Deprecated: :func:`analysis.read` of every file, in parallel (one file per task);
+    frames in the order of ``paths``. Use :func:`analysis.read_many` (one frame) or
+    ``read_many(paths, reduce=...)`` (a metric of each file)."""
+    _deprecated("read_files", "analysis.read_many(paths, workers=, client=)")
     paths = [Path(p) for p in paths]
     task = partial(_read_one, format=format, cache=cache)
     return parallel.run_tasks(task, paths, workers=workers, client=client, label="reading",
@@ -91,7 +94,8 @@ def reduce_files(
     client: Any = None,
     **options: object,
 ) -> pd.DataFrame | list[pd.DataFrame]:
-    """``metric(read(path), **options)`` for every file on the workers.
+    """Deprecated alias of ``analysis.read_many(paths, reduce=metric)``:
+    ``metric(read(path), **options)`` for every file on the workers.
 
     Parameters
     ----------
@@ -115,6 +119,7 @@ def reduce_files(
         when the files are given in run/rank order. With a metric per path: the list of
         their tables. Only these tables travel back: the notebook never holds a file's events.
     """
+    _deprecated("reduce_files", "analysis.read_many(paths, reduce=metric, workers=, client=)")
     paths = [Path(p) for p in paths]
     metrics = [metric] * len(paths) if callable(metric) else list(metric)
     if len(metrics) != len(paths):
@@ -160,9 +165,7 @@ def slurm_cluster(
         Not yet scaled: call ``cluster.scale(jobs=N)`` (or ``adapt``) and connect a
         ``distributed.Client(cluster)``. ``cluster.job_script()`` shows what is submitted.
     """
-    from dask_jobqueue import SLURMCluster
-
-    from analysis.readers import cache_dir as default_cache
+    from dask_jobqueue import SLURMCluster  # optional: pip install scalescope[scale]
 
     cache = Path(cache_dir) if cache_dir is not None else default_cache()
     prologue = [f"export SCALESCOPE_CACHE={cache}", "export SCALESCOPE_PROGRESS=0",

@@ -8,6 +8,7 @@ file in the same directory followed by ``os.replace``, so a reader never sees ha
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
@@ -52,7 +54,8 @@ def iso_now() -> str:
     return _dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
-def _dist_version(name: str) -> str | None:
+def dist_version(name: str) -> str | None:
+    """The installed version of a distribution (``horovod``, ``torch``...), or None."""
     try:
         from importlib.metadata import version
 
@@ -85,9 +88,9 @@ def versions(*, framework: str = "none", check_mpi: bool = False) -> dict:
     """
     v: dict[str, object] = {
         "python": platform.python_version(),
-        "torch": None, "cuda": None, "horovod": _dist_version("horovod"), "nccl": None,
-        "mpi": None, "scalescope": _dist_version("scalescope"),
-        "nvtx": _dist_version("nvtx"), "nvidia_ml_py": _dist_version("nvidia-ml-py"),
+        "torch": None, "cuda": None, "horovod": dist_version("horovod"), "nccl": None,
+        "mpi": None, "scalescope": dist_version("scalescope"),
+        "nvtx": dist_version("nvtx"), "nvidia_ml_py": dist_version("nvidia-ml-py"),
         "platform": platform.platform(),
     }
     torch = sys.modules.get("torch")
@@ -104,7 +107,7 @@ def versions(*, framework: str = "none", check_mpi: bool = False) -> dict:
         except Exception:
             pass
     else:
-        v["torch"] = _dist_version("torch")
+        v["torch"] = dist_version("torch")
     hvd_mpi = None
     hvd = sys.modules.get("horovod.torch")
     if hvd is not None:
@@ -202,12 +205,26 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterator[Path]:
+    """The one "write to a temporary file and rename" of ``instrumentation/`` (which cannot
+    import :mod:`analysis.atomic`, the analysis side's): yield a new temporary file beside
+    ``path`` (named ``.<name>.<random><suffix>``: a writer that picks its format from the
+    suffix, as torch's ``.json.gz``, gets it); once the block ends, flush it to disk, give it
+    ``path``'s mode (0644 for a new file) and rename it onto ``path``. On any error the
+    temporary file is removed, ``path`` keeps its previous content and the error is raised
+    (callers in the training process catch it and warn)."""
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
+        yield tmp
+        with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         try:
             os.chmod(tmp, path.stat().st_mode & 0o7777)
@@ -215,10 +232,8 @@ def _write_text_atomic(path: Path, text: str) -> None:
             os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-        except OSError:
-            pass
         raise
 
 

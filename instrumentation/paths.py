@@ -23,6 +23,9 @@ __all__ = ["LEAVES", "experiment_root", "is_run_id", "leaves", "name_text", "out
 
 #: What a refused link is called (never followed by its target's name or content).
 LEAVES = "a symbolic link leaving the experiment (not followed)"
+#: The manifests that mark an experiment and a run directory (``analysis.rundir`` has the same
+#: names; ``tests/test_rundir_layout.py`` checks that they agree).
+EXPERIMENT_MANIFEST, RUN_MANIFEST = "experiment.json", "run.json"
 
 
 def is_run_id(run_id: object) -> bool:
@@ -62,9 +65,9 @@ def experiment_root(path: str | os.PathLike[str]) -> Path | None:
     runs = None
     for d in p.parents:
         try:
-            if os.path.lexists(d / "experiment.json"):
+            if os.path.lexists(d / EXPERIMENT_MANIFEST):
                 return d
-            if runs is None and os.path.lexists(d / "run.json"):
+            if runs is None and os.path.lexists(d / RUN_MANIFEST):
                 runs = d
         except (OSError, ValueError):
             return None

@@ -594,7 +594,7 @@ def _gpu_summary(infos: list[dict], by_host: dict[str, list[dict]], samplers: di
 def _horovod_info(hvd, controller: str | None) -> dict | None:
     if hvd is None:
         return None
-    return {"controller": controller, "version": _mf._dist_version("horovod"),
+    return {"controller": controller, "version": _mf.dist_version("horovod"),
             "tensor_operation": _hvd_tensor_op(hvd, controller)}
 
 

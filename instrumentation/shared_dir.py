@@ -22,6 +22,8 @@ import sys
 import threading
 from pathlib import Path
 
+from instrumentation.manifest import replacing
+
 __all__ = ["MAX_ENTRIES", "changed", "collect_reads", "reads_path", "snapshot", "watch_reads", "written_by_earlier"]
 
 #: At most this many directory entries are looked at per snapshot (a huge data tree is
@@ -126,9 +128,8 @@ def _audit(event: str, args: tuple) -> None:
             if writes:
                 return  # the run re-creates the file: what it reads later is its own
             _state["reads"].append({"path": full, "written_by": writer, "rank": _state["rank"]})
-            tmp = _state["out"].with_suffix(".tmp")
-            tmp.write_text(json.dumps(_state["reads"]), encoding="utf-8")
-            os.replace(tmp, _state["out"])
+            with replacing(_state["out"]) as tmp:
+                tmp.write_text(json.dumps(_state["reads"]), encoding="utf-8")
     except Exception:
         pass
 

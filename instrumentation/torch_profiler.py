@@ -22,11 +22,11 @@ torch is never imported here; it must already be imported by the training script
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from instrumentation._env import env_str, warn_once
+from instrumentation.manifest import replacing
 
 __all__ = ["DIRNAME", "ENV", "TorchProfiler", "parse_schedule", "start_from_env", "trace_name"]
 
@@ -164,18 +164,14 @@ class TorchProfiler:
             self._fail(f"stopping the PyTorch profiler failed ({exc!r})")
 
     def _write(self, prof) -> None:
-        """``on_trace_ready``: export gzipped through a temporary name, then rename."""
-        tmp = self.out_dir / f".{self.path.name}.{os.getpid()}.tmp.json.gz"
+        """``on_trace_ready``: export gzipped through a temporary name, then rename
+        (:func:`instrumentation.manifest.replacing`)."""
         try:
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, self.path)
+            with replacing(self.path, suffix=".tmp.json.gz") as tmp:  # torch gzips a name ending .gz
+                prof.export_chrome_trace(str(tmp))
             self.written = True
         except Exception as exc:
             self._fail(f"cannot write the PyTorch profiler trace {self.path} ({exc!r})")
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
 
     def _fail(self, message: str) -> None:
         self.error = message

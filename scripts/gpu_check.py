@@ -164,7 +164,7 @@ def _read_run(run_dir: Path) -> dict:
     """What each reader loaded from one run directory."""
     import analysis
     from analysis.readers import nccl as nccl_reader
-    from analysis.readers.scalescope import read_run_dir
+    from analysis.readers.rundir import read_run_dir
 
     res: dict = {"run": run_dir.name}
     manifest = json.loads((run_dir / "run.json").read_text())

@@ -131,10 +131,8 @@ def test_one_manifest_rule_for_runset_and_reader(exp):
     m = json.loads((run / "run.json").read_text())
     del m["format"]
     (run / "run.json").write_text(json.dumps(m))
-    from analysis.readers import scalescope as own
-
     with pytest.raises(ReadError, match="format is None"):
-        own.read_manifest(run)
+        rundir.read_manifest(run)
     with pytest.raises(ReadError, match="format is None"):
         RunSet.from_dirs(run)
     d = _load(exp).damaged
@@ -146,14 +144,14 @@ def test_one_manifest_rule_for_runset_and_reader(exp):
 def test_damage_found_by_parallel_readers_reaches_the_damaged_table(exp, workers):
     """Runs read in a process pool (or one by one as one-run RunSets) hand their damage back:
     the 0-byte rank trace found while reading is in ``damaged``, as when read serially."""
-    from analysis import scale
+    from analysis import runload
 
     _damage(exp)
     rs = _load(exp)
     rs.workers = workers
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecoveryWarning)
-        ev = scale.load_table(rs, "events")
+        ev = runload.load_table(rs, "events")
     assert "horovod-gloo_np4_bs10_r1" not in set(ev["run_id"].astype(str))
     trace = [d for d in rs.damage_records() if str(d.get("path", "")).endswith("rank-00003.trace.json")]
     assert len(trace) == 1 and trace[0]["run_id"] == "horovod-gloo_np4_bs10_r1" and "empty" in trace[0]["reason"]

@@ -146,3 +146,33 @@ def test_report_static_export_and_renders_without_js_errors(exp, tmp_path):
     result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     assert result["errors"] == []
     assert result["plots"] == n_figures
+
+
+def test_the_report_never_holds_every_runs_events(data_dir):
+    """``scalescope report`` takes its studies' tables of the events run by run
+    (``RunSet.reduce_tables``): neither the RunSet nor any one-run part keeps the events of
+    the runs once loaded and studied (issue 31, item 5); and each table is the metric of all
+    events at once."""
+    import warnings
+
+    from analysis.errors import recording
+    from analysis.studies import EVENT_TABLES
+
+    sweep = data_dir.parents[1] / "data" / "sample_sweep"
+    with recording() as caught:
+        ctx = report.load([sweep])
+        report.run_studies(ctx, caught)
+    assert ctx.rs.loaded("events") is None
+    assert not any(isinstance(v, pd.DataFrame) and {"start_ns", "dur_ns"} <= set(v.columns)
+                   for v in vars(ctx).values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        everything = RunSet.from_dirs(sweep, workers=1).events
+    for name, metric, options in EVENT_TABLES:
+        want = metric(everything, **options)
+        got = ctx.event_table(name)
+        if isinstance(want, pd.Series):
+            pd.testing.assert_series_equal(got, want, check_categorical=False, obj=name)
+        else:
+            pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True),
+                                          check_categorical=False, obj=name)

@@ -152,3 +152,25 @@ def test_experiment_listing_runs_without_directories(tmp_path):
     assert row["vary_lr"] == 0.1
     assert rs.epochs.empty
     assert isinstance(rs.epochs, pd.DataFrame)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_reduce_gives_the_metric_of_all_events_run_by_run(workers):
+    """``rs.reduce(metric)`` (the RunSet's door for per-run metrics: one run per task, only
+    the tables come back) equals the metric of all events, for declared and undeclared
+    metrics, here and on a pool."""
+    from pathlib import Path
+
+    from analysis import metrics as M
+
+    sweep = Path(__file__).resolve().parents[1] / "data" / "sample_sweep"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        everything = RunSet.from_dirs(sweep, workers=1).events
+        for metric, options in ((M.phase_stragglers, {}), (M.warmup_summary, {}),
+                                (M.time_breakdown, {"level": "step"})):
+            by_run = RunSet.from_dirs(sweep, workers=workers).reduce(metric, **options)
+            want = metric(everything, **options)
+            assert len(want)
+            pd.testing.assert_frame_equal(by_run.reset_index(drop=True), want.reset_index(drop=True),
+                                          check_categorical=False, obj=metric.__name__)

@@ -58,7 +58,7 @@ def test_weak_runs_grew_the_dataset():
 def test_find_max_bracket_matches_the_runs():
     rs = RunSet.from_dirs([DATA / "input_size"])
     t = M.input_size_table(rs.runs, M.run_summary(rs), size="vary_curve-length")
-    lim = M.memory_limit(t, find_max=M.find_max_records(rs.runs)).iloc[0]
+    lim = M.memory_limit(t, find_max=rs.find_max_records()).iloc[0]
     assert lim["largest_ok"] == lim["find_max_largest_ok"]
     assert lim["smallest_oom"] > lim["largest_ok"]
     assert set(rs.failed_runs()["status"]) == {"oom"}

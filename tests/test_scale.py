@@ -13,6 +13,9 @@ from analysis import scale
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.metrics import gpu_time_breakdown, horovod_allreduce
 
+# read_files and reduce_files are deprecated aliases (issue 32.3); their results are still checked here
+pytestmark = pytest.mark.filterwarnings("ignore:analysis.scale:DeprecationWarning")
+
 
 @pytest.fixture
 def files(data_dir):
@@ -37,6 +40,11 @@ def client():
         yield c
 
 
+def _read_files(paths, **engine):
+    """``analysis.read`` of every file on the engine (what the deprecated scale.read_files did)."""
+    return scale.run_tasks(analysis.read, list(paths), label="reading", **engine)
+
+
 def _read_serial(files):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -58,7 +66,7 @@ def test_pool_reads_like_serial_with_the_same_warnings_in_order(files):
     assert [c for c, _ in caught] == [RecoveryWarning]  # the fixture's one known warning
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        par = scale.read_files(files, workers=2)
+        par = _read_files(files, workers=2)
     assert [(w.category, str(w.message)) for w in got] == caught
     assert len(par) == len(frames)
     for a, b in zip(frames, par, strict=True):
@@ -78,7 +86,7 @@ def test_workers_1_is_serial_and_in_process(files):
     assert [int(f["pid"].iloc[0]) for f in scale.run_tasks(_pid, range(3), workers=1)] == [os.getpid()] * 3
     assert {int(f["pid"].iloc[0]) for f in scale.run_tasks(_pid, range(3), workers=2)} != {os.getpid()}
     frames, _ = _read_serial(files[:3])
-    for a, b in zip(frames, scale.read_files(files[:3], workers=1), strict=True):
+    for a, b in zip(frames, _read_files(files[:3], workers=1), strict=True):
         pd.testing.assert_frame_equal(b, a)
 
 
@@ -86,7 +94,7 @@ def test_pool_raises_the_first_failing_file_in_order(files, tmp_path):
     bad = tmp_path / "notes.txt"
     bad.write_text("not a trace\n")
     with pytest.raises(analysis.UnknownFormatError, match=r"notes\.txt"):
-        scale.read_files([files[0], bad, tmp_path / "missing.json"], workers=2)
+        _read_files([files[0], bad, tmp_path / "missing.json"], workers=2)
 
 
 def test_reduce_files_equals_the_metric_on_all_events(files, client):
@@ -95,6 +103,9 @@ def test_reduce_files_equals_the_metric_on_all_events(files, client):
     assert len(want) == 2
     pd.testing.assert_frame_equal(scale.reduce_files(kineto, gpu_time_breakdown, workers=2), want)
     pd.testing.assert_frame_equal(scale.reduce_files(kineto, gpu_time_breakdown, client=client), want)
+    # the one door: read_many(reduce=), here, on a pool and on Dask
+    for engine in ({"workers": 1}, {"workers": 2}, {"client": client}):
+        pd.testing.assert_frame_equal(analysis.read_many(kineto, reduce=gpu_time_breakdown, **engine), want)
     # a metric per file: the Horovod timeline's allreduce table beside the ranks' breakdowns
     tl = files[1]
     parts = scale.reduce_files([*kineto, tl], [gpu_time_breakdown, gpu_time_breakdown, horovod_allreduce],
@@ -103,14 +114,26 @@ def test_reduce_files_equals_the_metric_on_all_events(files, client):
     pd.testing.assert_frame_equal(scale.concat_tables(parts[:2]), want)
 
 
+def test_the_old_doors_warn_that_they_are_deprecated(files):
+    with pytest.warns(DeprecationWarning, match="read_many"):
+        scale.read_files(files[:1], workers=1)
+    with pytest.warns(DeprecationWarning, match="reduce="):
+        scale.reduce_files(files[:1], gpu_time_breakdown, workers=1)
+
+
+def test_read_many_takes_options_only_for_reduce(files):
+    with pytest.raises(TypeError, match="reduce="):
+        analysis.read_many(files[:1], level="step")
+
+
 def test_dask_tasks_reraise_warnings_and_errors(files, client, tmp_path):
     _, caught = _read_serial([files[3]])
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        scale.read_files([files[3]], client=client)
+        _read_files([files[3]], client=client)
     assert [(w.category, str(w.message)) for w in got] == caught
     with pytest.raises(ReadError, match=r"missing\.json"):
-        scale.read_files([tmp_path / "missing.json"], client=client)
+        _read_files([tmp_path / "missing.json"], client=client)
 
 
 def test_slurm_job_script_runs_our_python_with_the_shared_cache(tmp_path):
@@ -230,7 +253,7 @@ def test_corpus_reads_and_reduces_identically_on_the_pool_and_on_dask(corpus_dir
     frames, caught = _read_serial(files)
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        pooled = scale.read_files(files, workers=2)
+        pooled = _read_files(files, workers=2)
     assert [(w.category, str(w.message)) for w in got] == caught
     for a, b in zip(frames, pooled, strict=True):
         pd.testing.assert_frame_equal(b, a)
@@ -266,7 +289,7 @@ def test_read_many_with_workers_equals_serial(files, data_dir, repo_root, tmp_pa
 def test_a_progress_bar_changes_nothing(files, monkeypatch, capsys):
     monkeypatch.setenv("SCALESCOPE_PROGRESS", "1")
     frames, _ = _read_serial(files[:3])
-    for a, b in zip(frames, scale.read_files(files[:3], workers=2), strict=True):
+    for a, b in zip(frames, _read_files(files[:3], workers=2), strict=True):
         pd.testing.assert_frame_equal(b, a)
     assert "reading" in capsys.readouterr().err  # the bar was drawn (on stderr)
 
@@ -335,3 +358,13 @@ def test_a_process_forked_while_another_thread_records_warnings_can_record():
         done.set()
         t.join()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_ipc_round_trip_keeps_object_text_columns():
+    """A metric's table with text in an object column (``run_id`` after ``astype(object)``)
+    comes back from a worker as object, missing values None, as serially (pandas 3 would
+    make it its str dtype)."""
+    df = pd.DataFrame({"run_id": pd.Series(["a", None], dtype=object), "name": ["x", None], "n": [1, 2]})
+    back = scale.from_ipc(scale.to_ipc(df))
+    pd.testing.assert_frame_equal(back, df)
+    assert back["run_id"].tolist() == ["a", None]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import metrics as M
-from analysis import parallel, runload, scale
+from analysis import parallel, runload
 from analysis.errors import RecoveryWarning
 from analysis.runset import RunSet
 
@@ -130,7 +130,7 @@ def test_rank_split_studies_equal_serial_pandas(dirs, serial, workers):
 def test_rank_split_studies_on_dask_equal_serial_pandas(dirs, serial, client):
     rs = _runset(dirs, client=client)
     _assert_same(_studies(rs), serial[0])
-    pd.testing.assert_frame_equal(scale.load_table(rs, "events"), serial[1])  # rs.events is a Dask frame
+    pd.testing.assert_frame_equal(runload.load_table(rs, "events"), serial[1])  # rs.events is a Dask frame
     pd.testing.assert_frame_equal(rs.samples, serial[2])
 
 
@@ -168,7 +168,7 @@ def test_one_run_of_four_ranks_is_four_tasks(dirs, serial, counted):
                                   M.time_breakdown(one.read_runs("events"), warmup=0))
     assert counted[0] == ("time_breakdown", 4)
     counted.clear()
-    scale.load_table(one, "events")
+    runload.load_table(one, "events")
     assert counted == [("reading ranks", 5)]
     counted.clear()
     M.time_breakdown(one, level="run")  # adds a run's ranks up: one task for the run
@@ -210,7 +210,7 @@ def test_damage_reaches_damaged_with_the_warnings_of_serial_reading(damaged, eng
     serial = RunSet.from_dirs(damaged, workers=1)
     par = RunSet.from_dirs(damaged, **kw)
     want, want_warn = _caught(lambda: serial.read_runs("events"))
-    got, got_warn = _caught(lambda: scale.load_table(par, "events"))
+    got, got_warn = _caught(lambda: runload.load_table(par, "events"))
     pd.testing.assert_frame_equal(got, want)
     assert got_warn == want_warn
     messages = [m for _, m in want_warn]
@@ -247,7 +247,7 @@ def test_damaged_rank_split_gives_the_tables_and_warnings_of_whole_runs(damaged,
     assert not hasattr(undeclared, "mapping")
     assert metric.mapping.unit_of({}) == ("rank" if study == "step_times" else "run")
     assert metric.mapping.unit_of({"warmup": 0}) == "rank"
-    by_run, by_run_warn = _caught(lambda: scale.per_run(whole, undeclared))
+    by_run, by_run_warn = _caught(lambda: runload.per_run(whole, undeclared))
     split = RunSet.from_dirs(damaged, workers=2)
     got, got_warn = _caught(lambda: metric(split))
     pd.testing.assert_frame_equal(by_run, want)

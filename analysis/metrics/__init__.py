@@ -69,7 +69,6 @@ from analysis.metrics.scaling import (
     scaling_table,
 )
 from analysis.metrics.sizes import (
-    find_max_records,
     input_size_table,
     memory_limit,
     size_axes,
@@ -123,7 +122,6 @@ __all__ = [
     "explain_work",
     "exposed_comm",
     "final_losses",
-    "find_max_records",
     "fit_alpha_beta",
     "fit_speedup",
     "framework_overhead",

@@ -446,7 +446,7 @@ def neighbour_cpu(samples: pd.DataFrame | None) -> pd.Series:
 
 def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFrame | None = None,
                  samples: pd.DataFrame | None = None, warmup: int | str | None = WARMUP,
-                 by: Sequence[str] = (), source: Source = "auto") -> pd.DataFrame:
+                 by: Sequence[str] = (), source: Source = "auto", steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """The one per-run table every study compares: runs metadata, :func:`run_measures`,
     ``outlier`` (why the run is left out of its configuration's mean, else None) and the
     :func:`cpu_contention` evidence (``contention``, ``contention_evidence``,
@@ -457,10 +457,13 @@ def measure_runs(events: pd.DataFrame, runs: pd.DataFrame, *, epochs: pd.DataFra
 
     ``by``: extra columns that make runs different configurations (for the outlier test).
     ``source``: host or device time (:mod:`analysis.metrics.timesource`; default: device
-    time where it was recorded).
+    time where it was recorded). ``steps``: :func:`step_table` of the events (with these
+    ``runs``, ``epochs``, ``warmup`` and ``source``) already computed, e.g. run by run
+    (``RunSet.reduce_tables``); ``events`` is then not used.
     """
     require_columns(runs, ("run_id", "n_ranks", "batch_size"), "measure_runs")
-    steps = step_table(events, runs=runs, epochs=epochs, warmup=warmup, source=source)
+    if steps is None:
+        steps = step_table(events, runs=runs, epochs=epochs, warmup=warmup, source=source)
     m = run_measures(steps, runs)
     meta = runs.assign(run_id=runs["run_id"].astype(object))
     out = meta.merge(m, on="run_id", how="inner", suffixes=("_configured", ""))

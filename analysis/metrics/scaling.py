@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -9,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.errors import ScalescopeError
+from analysis.errors import RecoveryWarning, ScalescopeError
 from analysis.metrics._common import require_columns, spread
 from analysis.metrics.stats import CONFIDENCE
 from analysis.schema import MACHINE_AXES
@@ -94,7 +95,7 @@ def epoch_times(epochs: pd.DataFrame, *, warmup_epochs: int = WARMUP_EPOCHS) -> 
 
 
 def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.DataFrame | None = None,
-                steps: bool = True) -> pd.DataFrame:
+                steps: bool = True, step_rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per-run table: run metadata, :func:`epoch_times` and the step measures every study
     compares (usable runs only).
 
@@ -110,6 +111,11 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
     steps
         Compute the step measures (reads the runs' traces) when ``measured`` is not given;
         runs whose traces cannot be read keep only the epoch columns.
+    step_rows
+        :func:`analysis.metrics.measures.step_table` of the runs' events (usable runs,
+        their epochs, default warm-up and time source), already computed (e.g. run by run:
+        ``RunSet.reduce_tables``): the step measures are made from it, without reading the
+        traces.
 
     Returns
     -------
@@ -137,8 +143,11 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
         from analysis.metrics.measures import measure_runs
 
         try:
-            measured = measure_runs(runset.events, runs, epochs=runset.epochs, samples=_samples(runset))
-        except Exception:  # traces unreadable or without phases: the epoch columns stay
+            events = runset.events if step_rows is None else None
+            measured = measure_runs(events, runs, epochs=runset.epochs, samples=_samples(runset), steps=step_rows)
+        except ScalescopeError as exc:  # traces without the records steps need: the epoch columns stay
+            warnings.warn(f"run_summary: the step measures are left out ({exc}); the epoch columns are kept",
+                          RecoveryWarning, stacklevel=2)
             measured = None
     if measured is None or measured.empty:
         return out

@@ -93,7 +93,7 @@ def memory_limit(table: pd.DataFrame, *, by: Sequence[str] = ("config_backend", 
     table
         :func:`input_size_table`.
     find_max
-        ``experiment.json``'s ``find_max`` records (:func:`find_max_records`), shown beside.
+        ``experiment.json``'s ``find_max`` records (:func:`analysis.rundir.find_max_records`), shown beside.
 
     Returns
     -------
@@ -122,22 +122,6 @@ def memory_limit(table: pd.DataFrame, *, by: Sequence[str] = ("config_backend", 
     if len(out) and find_max:
         found = [r.get("largest_ok") for r in find_max if r.get("largest_ok") is not None]
         out["find_max_largest_ok"] = float(max(found)) if found else np.nan
-    return out
-
-
-def find_max_records(runs: pd.DataFrame) -> list[dict]:
-    """The ``find_max`` records of the experiments in a runs table (``experiment.json``)."""
-    import json
-    from pathlib import Path
-
-    out = []
-    for path in sorted({str(Path(p).parent) for p in runs["path"].dropna()}):
-        f = Path(path) / "experiment.json"
-        try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        out.extend(r for r in data.get("find_max") or [] if isinstance(r, dict))
     return out
 
 

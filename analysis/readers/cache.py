@@ -6,11 +6,14 @@ one entry per (file, reader, run id) slot, named ``<slot>.<digest>.parquet``: th
 of the whole entry (so a damaged entry is never trusted), and in its metadata the
 identity of its source (path, reader and versions, and a :func:`fingerprint` of the
 file's content), checked on every hit, with the warnings the parse gave (raised again on
-a hit). Entries are written atomically (temporary file and rename).
+a hit). Entries are written through :mod:`analysis.atomic` (temporary file, renamed to the
+name of its digest).
 
 **Runs.** :func:`run_entry` writes one run's events to ``cache_dir() / "runs"``, keyed by
 every file of the run directory and its fingerprint, for the workers of a Dask cluster
-to hand a Dask DataFrame to the notebook (``docs/scale.md``).
+to hand a Dask DataFrame to the notebook (``docs/scale.md``). One protocol for both: the
+same entry names, the same check on every use (:func:`_whole_entry`), the same writer
+(:func:`write`).
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import schema
+from analysis import atomic, schema
 from analysis._io import check_file
-from analysis.errors import RecoveryWarning, recording
+from analysis.errors import OutputError, RecoveryWarning, recording
 from analysis.readers._assembly import NP_INT, missing
 from analysis.readers.registry import Reader
 from instrumentation.paths import leaves
@@ -170,21 +173,23 @@ def _read_cache(path: Path, reader: Reader) -> pd.DataFrame:
     return pd.DataFrame(data, copy=False)
 
 
-def lookup(slot: str, ident: dict, reader: Reader) -> pd.DataFrame | None:
-    """The cached frame of this slot if an entry is whole (its digest matches its file
-    name), belongs to this file and reader, and was made from the same content; damaged or
-    foreign entries are removed with a note, stale ones silently."""
+def _whole_entry(slot: str, ident: dict, base: Path) -> tuple[Path, dict] | None:
+    """The one check of every cache entry (files and runs): the entry of ``slot`` in
+    ``base`` that is whole (the digest of its content is in its name), belongs to the same
+    source (``ident`` but its ``source``) and was made from the same content (``source``),
+    with its recorded metadata. Damaged or foreign entries are removed with a note, stale
+    ones silently."""
     import pyarrow.parquet as pq
 
     try:
-        entries = sorted(cache_dir().glob(f"{slot}.*.parquet"))
+        entries = sorted(base.glob(f"{slot}.*.parquet"))
     except OSError:
         return None
     for entry in entries:
         problem = None
         try:
             if not entry.is_file():
-                warnings.warn(f"parse cache: {entry} is not a regular file; not used", stacklevel=4)
+                warnings.warn(f"parse cache: {entry} is not a regular file; not used", stacklevel=5)
                 continue
             if _entry_digest(entry) != entry.name.split(".")[1]:
                 problem = "damaged (its checksum does not match)"
@@ -195,47 +200,72 @@ def lookup(slot: str, ident: dict, reader: Reader) -> pd.DataFrame | None:
                                                                        if k != "source"}:
                     problem = "foreign (it was made from another file or reader)"
                 elif mine.get("source") == ident["source"]:
-                    df = _restore_dtypes(_read_cache(entry, reader), reader)
-                    _replay(info.get("warnings") or [])
-                    return df
+                    return entry, info
         except Exception as exc:  # unreadable: never trusted
             problem = f"unreadable ({type(exc).__name__}: {exc})"
-        if problem:
-            warnings.warn(f"parse cache entry {entry} is {problem}; the file is parsed again", stacklevel=4)
-        try:
-            entry.unlink()
-        except OSError:
-            pass
+        _drop(entry, problem)
     return None
 
 
-def write(df: pd.DataFrame, slot: str, info: dict) -> None:
-    """Write the entry ``<slot>.<digest>.parquet`` atomically (temp file + rename), with the
-    identity of its source in the Parquet metadata; older entries of the slot are removed."""
+def _drop(entry: Path, problem: str | None) -> None:
+    """Remove a cache entry that is not used, saying why when it is damaged or foreign."""
+    if problem:
+        warnings.warn(f"parse cache entry {entry} is {problem}; the file is parsed again", stacklevel=6)
+    try:
+        entry.unlink()
+    except OSError:
+        pass
+
+
+def lookup(slot: str, ident: dict, reader: Reader) -> pd.DataFrame | None:
+    """The cached frame of this slot if an entry passes :func:`_whole_entry`, with the
+    warnings its parse gave raised again."""
+    found = _whole_entry(slot, ident, cache_dir())
+    if found is None:
+        return None
+    entry, info = found
+    try:
+        df = _restore_dtypes(_read_cache(entry, reader), reader)
+    except Exception as exc:  # unreadable: never trusted (removed, the file parsed again)
+        _drop(entry, f"unreadable ({type(exc).__name__}: {exc})")
+        return None
+    _replay(info.get("warnings") or [])
+    return df
+
+
+def write(df: pd.DataFrame, slot: str, info: dict, *, base: Path | None = None, strict: bool = False) -> Path | None:
+    """Write the entry ``<slot>.<digest>.parquet`` in ``base`` (default :func:`cache_dir`)
+    through :mod:`analysis.atomic` (temporary file, renamed to its digest), with the identity
+    of its source in the Parquet metadata; older entries of the slot are removed. Returns
+    the entry; a write that fails warns and returns None, or with ``strict`` raises."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    base = cache_dir()
-    tmp = base / f"{slot}.{os.getpid()}.tmp"
+    base = cache_dir() if base is None else base
+    final: list[Path] = []
+
+    def named(tmp: Path) -> Path:
+        final.append(base / f"{slot}.{_entry_digest(tmp)}.parquet")
+        return final[-1]
+
     try:
-        base.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pandas(df, preserve_index=False)
         meta = {**(table.schema.metadata or {}), b"scalescope": json.dumps(info).encode()}
-        # one row group (no chunk concatenation on re-load) and LZ4, which decodes faster
-        # than the default Snappy at the same size
-        pq.write_table(table.replace_schema_metadata(meta), tmp, compression="lz4", row_group_size=max(len(df), 1))
+        with atomic.replacing(base / slot, named=named) as tmp:
+            # one row group (no chunk concatenation on re-load) and LZ4, which decodes faster
+            # than the default Snappy at the same size
+            pq.write_table(table.replace_schema_metadata(meta), tmp, compression="lz4",
+                           row_group_size=max(len(df), 1))
         del table
-        final = base / f"{slot}.{_entry_digest(tmp)}.parquet"
-        os.replace(tmp, final)
         for old in base.glob(f"{slot}.*.parquet"):
-            if old != final and old.is_file():
+            if old != final[-1] and old.is_file():
                 old.unlink(missing_ok=True)
-    except (OSError, ValueError, pa.ArrowException) as exc:  # full disk, text Parquet cannot hold
+    except (OSError, ValueError, pa.ArrowException, OutputError) as exc:  # full disk, text Parquet cannot hold
+        if strict:
+            raise
         warnings.warn(f"could not write the parse cache in {base}: {exc}", stacklevel=4)
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+        return None
+    return final[-1]
 
 
 def cached(path: Path, reader: Reader, run_id: str | None,
@@ -275,21 +305,14 @@ def run_key(path: str | os.PathLike[str], run_id: str) -> str:
 
 
 def run_entry(path: str, run_id: str, events: Callable[[], pd.DataFrame]) -> Path:
-    """The Parquet file of one run's events: written from ``events()`` unless a readable
-    entry is there (a damaged one is written again, with a warning)."""
-    import pyarrow.parquet as pq
-
-    out = cache_dir() / "runs" / f"{run_key(path, run_id)}.parquet"
-    if out.exists():
-        try:
-            pq.read_metadata(out)
-            return out
-        except Exception as exc:  # truncated or not Parquet: never trusted
-            warnings.warn(f"run cache entry {out} is unreadable ({type(exc).__name__}); the run "
-                          "is read again", stacklevel=3)
-    df = events()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    df.to_parquet(tmp, index=False, compression="lz4")
-    os.replace(tmp, out)
-    return out
+    """The Parquet file of one run's events in ``cache_dir() / "runs"``: an entry that
+    passes the same check as a file's (:func:`_whole_entry`: whole, of this run, made from
+    the same files, :func:`run_key`), else written from ``events()`` as a file's entry is
+    (:func:`write`); an entry that cannot be written raises."""
+    base = cache_dir() / "runs"
+    key = run_key(path, run_id)
+    ident = {"path": str(Path(path).resolve()), "run_id": run_id, "cache_version": CACHE_VERSION, "source": key}
+    found = _whole_entry(key, ident, base)
+    if found is not None:
+        return found[0]
+    return write(events(), key, ident, base=base, strict=True)

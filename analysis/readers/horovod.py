@@ -752,16 +752,6 @@ def _by_name_and_top(tables: tuple[np.ndarray, ...], x: np.ndarray, top: np.ndar
     return tuple(t[at] for t in tables)
 
 
-def __getattr__(name: str) -> Any:
-    # ``dedupe_fused`` moved to the metrics (issue 26), which may not import a reader; its
-    # old name here stays, loaded on first use
-    if name == "dedupe_fused":
-        from analysis.metrics.fusion import dedupe_fused
-
-        return dedupe_fused
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 register(
     NAME,
     sniff=sniff,

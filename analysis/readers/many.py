@@ -1,5 +1,10 @@
-"""Reading many files and run directories into one frame (:func:`read_many`), on the
-engine of :mod:`analysis.parallel` when the load is worth a pool."""
+"""Reading many files and run directories (:func:`read_many`): the one public door for
+loading many files, on the engine of :mod:`analysis.parallel` (here, a process pool, or a
+Dask cluster), into one frame or, with ``reduce=``, into a metric's table of each file.
+
+A RunSet (:mod:`analysis.runset`) loads the runs of experiments on the same engine with
+the same ``workers=``/``client=`` meaning; :func:`analysis.scale.read_files` and
+:func:`analysis.scale.reduce_files` are deprecated aliases of this door."""
 
 from __future__ import annotations
 
@@ -8,15 +13,16 @@ import warnings
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
-from analysis import parallel, schema
+from analysis import parallel, rundir, schema
 from analysis._io import check_file
 from analysis.errors import ReadError, RecoveryWarning, UnknownFormatError
 from analysis.readers.file import read
 from analysis.readers.registry import REGISTRY, describe_formats, load_builtins, sniff
+from analysis.readers.rundir import read_run_dir
 
 
 def _expand(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Path]:
@@ -35,19 +41,17 @@ def _jobs(paths: list[Path], format: str | None, kind: str, cache: bool | None,
           ) -> tuple[list[tuple[Callable[[Path], pd.DataFrame], Path]], list[Path]]:
     """What to read, in order (a reading function and its path), and the files no reader
     recognises."""
-    from analysis.readers import scalescope as own
-
     jobs: list[tuple[Callable[[Path], pd.DataFrame], Path]] = []  # what to read, in order
     unknown: list[Path] = []
     for p in paths:
-        if p.is_dir() and (p / "run.json").exists():
-            jobs.append((partial(own.read_run_dir, kind=kind), p))
+        if rundir.kind_of(p) == "run":
+            jobs.append((partial(read_run_dir, kind=kind), p))
             continue
         if p.is_dir():
-            runs = sorted(d.parent for d in p.rglob("run.json"))
+            runs = rundir.run_dirs_below(p)
             if runs:
                 for d in runs:
-                    jobs.append((partial(own.read_run_dir, kind=kind), d))
+                    jobs.append((partial(read_run_dir, kind=kind), d))
                 continue
             try:
                 files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
@@ -116,6 +120,9 @@ def read_many(
     kind: Literal["events", "samples"] = "events",
     cache: bool | None = None,
     workers: int | None = None,
+    client: Any = None,
+    reduce: Callable[..., pd.DataFrame] | None = None,
+    **options: object,
 ) -> pd.DataFrame:
     """Read per-rank file sets, directories and scalescope run directories into one frame.
 
@@ -135,23 +142,53 @@ def read_many(
     workers
         Processes reading the files and run directories in parallel (``docs/scale.md``):
         ``None`` uses the machine's cores when there is more than one and they hold at
-        least 64 MiB, ``1`` reads in this process. Frames and warnings are those of serial
-        reading, in the same order.
+        least 64 MiB (:func:`analysis.parallel.workers_for`, the one meaning of ``None``),
+        ``1`` reads in this process. Frames and warnings are those of serial reading, in
+        the same order.
+    client
+        A ``distributed.Client``: the files are read (and reduced) on its workers.
+    reduce
+        A metric of an event frame (e.g. :func:`analysis.metrics.gpu_time_breakdown`):
+        ``reduce(frame, **options)`` of each file (each run directory) on the worker that
+        read it, and only these tables travel back; returned concatenated in the order of
+        the inputs. For a per-rank metric over one file per rank this equals
+        ``reduce(read_many(paths), **options)`` when the files are given in run/rank order.
+        Files of one rank over overlapping spans are not dropped in this mode (each file
+        is reduced on its own).
+    **options
+        Passed to ``reduce``.
     """
     load_builtins()
     if kind not in ("events", "samples"):
         raise ValueError(f"kind must be 'events' or 'samples', not {kind!r}")
     if format is not None and format not in REGISTRY:
         raise ValueError(f"unknown format {format!r}. Known formats: {describe_formats()}")
+    if options and reduce is None:
+        raise TypeError(f"read_many() got unexpected keyword argument(s) {sorted(options)} (options go to reduce=)")
     jobs, unknown = _jobs(_expand(paths), format, kind, cache)
-    n = parallel.workers_for(workers, n_tasks=len(jobs), n_bytes=sum(parallel.input_bytes(p) for _, p in jobs))
-    frames = [func(p) for func, p in jobs] if n <= 1 else parallel.run_calls(jobs, workers=n)
-    if kind == "events":
+    if reduce is not None:
+        jobs = [(partial(_reduced, read=func, metric=reduce, options=options), p) for func, p in jobs]
+    if client is not None:
+        frames = parallel.run_calls(jobs, client=client)
+    else:
+        n = parallel.workers_for(workers, n_tasks=len(jobs), n_bytes=sum(parallel.input_bytes(p) for _, p in jobs))
+        frames = [func(p) for func, p in jobs] if n <= 1 else parallel.run_calls(jobs, workers=n)
+    if kind == "events" and reduce is None:
         frames = _drop_duplicate_ranks(frames, jobs)
     if unknown:
         shown = ", ".join(str(u) for u in unknown[:10])
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
         warnings.warn(f"skipped {len(unknown)} file(s) no reader recognises: {shown}{more}", stacklevel=2)
+    if reduce is not None:
+        if not frames:
+            return reduce(schema.empty_events() if kind == "events" else schema.empty_samples(), **options)
+        return parallel.concat_tables(frames)
     if not frames:
         return schema.empty_events() if kind == "events" else schema.empty_samples()
     return schema.concat(frames)
+
+
+def _reduced(path: Path, *, read: Callable[[Path], pd.DataFrame], metric: Callable[..., pd.DataFrame],
+             options: dict) -> pd.DataFrame:
+    """``metric`` of one input's frame (on the worker that read it)."""
+    return metric(read(path), **options)

@@ -15,6 +15,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Literal
 
@@ -85,8 +86,6 @@ def load_builtins() -> None:
             if exc.name != mod:  # a real missing dependency, not a module not yet written
                 raise
     try:
-        from importlib.metadata import entry_points
-
         for ep in entry_points(group="scalescope.readers"):
             try:
                 ep.load()

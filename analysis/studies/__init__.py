@@ -17,7 +17,15 @@ from analysis.errors import recording
 from analysis.metrics.breakdown import WARMUP
 from analysis.metrics.stats import CONFIDENCE
 from analysis.runset import RunSet
-from analysis.studies._base import BASELINE, BASELINES, Context, Section, Skip
+from analysis.studies._base import (
+    BASELINE,
+    BASELINES,
+    EVENT_TABLES,
+    Context,
+    Section,
+    Skip,
+    event_tables,
+)
 from analysis.studies._run import context, run_section
 from analysis.studies.backends import study_backends
 from analysis.studies.batch import REFERENCE_BATCH, study_batch
@@ -36,8 +44,8 @@ from analysis.studies.sync import study_sync
 from analysis.studies.usage import study_usage
 from analysis.studies.why import study_why
 
-__all__ = ["BASELINE", "BASELINES", "CONFIDENCE", "REFERENCE_BATCH", "STUDIES", "WARMUP", "Context", "Section", "Skip", "context",
-           "run_section", "run_study"]
+__all__ = ["BASELINE", "BASELINES", "CONFIDENCE", "EVENT_TABLES", "REFERENCE_BATCH", "STUDIES", "WARMUP", "Context",
+           "Section", "Skip", "context", "event_tables", "run_section", "run_study"]
 
 #: The report's studies in order: (key, title, function); a function raises Skip to say why
 #: its study cannot run on this experiment.

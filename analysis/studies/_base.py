@@ -70,15 +70,51 @@ BASELINE = "auto"
 BASELINES = ("auto", "none", "min")
 
 
+#: The tables of the runs' events the studies use: (name, metric, options, takes the
+#: warm-up option). The report computes them run by run (:func:`event_tables` through
+#: ``RunSet.reduce_tables``), so the events of every run are never in memory at once; each
+#: equals the metric of all events.
+EVENT_TABLES: tuple[tuple[str, Callable, dict, bool], ...] = (
+    ("breakdown_step", M.time_breakdown, {"level": "step"}, True),
+    ("breakdown_rank", M.time_breakdown, {"level": "rank"}, True),
+    ("sync", M.sync_times, {"keep_warmup": True}, True),
+    ("horovod_allreduce", M.horovod_allreduce, {}, True),
+    ("ddp_comm_overlap", M.ddp_comm_overlap, {}, True),
+    ("gpu_breakdown", M.gpu_time_breakdown, {}, False),
+    ("kernel_step_parts", M.kernel_step_parts, {}, False),
+    ("between_steps", M.between_steps, {}, False),
+    ("warmup", M.warmup_summary, {}, True),
+    ("training_start", M.training_start, {}, False),
+    ("phase_stragglers", M.phase_stragglers, {}, True),
+    ("negotiation", M.negotiation_stragglers, {}, False),
+)
+
+
+def event_tables(events: pd.DataFrame, *, runs: pd.DataFrame, epochs: pd.DataFrame,
+                 warmup: int | str | None = WARMUP) -> dict[str, object]:
+    """Every table of :data:`EVENT_TABLES` and the step table (``steps``: with the usable
+    ``runs`` and their ``epochs``) of one run's events, with the analysis option ``warmup``;
+    a metric that fails gives its exception, raised where a study asks for that table."""
+    out: dict[str, object] = {}
+    steps = ("steps", M.step_table, {"runs": runs, "epochs": epochs}, True)
+    for name, metric, options, warm in (*EVENT_TABLES, steps):
+        try:
+            out[name] = metric(events, **options, **({"warmup": warmup} if warm else {}))
+        except Exception as exc:  # raised again by Context.event_table, in the study that needs it
+            out[name] = exc
+    return out
+
+
 @dataclass
 class Context:
-    """The loaded experiment every study reads (:meth:`from_runset`), the analysis options
-    (``warmup``: :data:`analysis.metrics.breakdown.WARMUP`'s rule for the steps dropped per
-    rank; ``confidence``: the level of every interval; ``baseline``: :data:`BASELINE`), and
-    the intermediate tables studies share (``memo``)."""
+    """The loaded experiment every study reads (:meth:`from_runset`): the RunSet, the tables
+    of its events (:data:`EVENT_TABLES`, None when the traces could not be read), the
+    analysis options (``warmup``: :data:`analysis.metrics.breakdown.WARMUP`'s rule for the
+    steps dropped per rank; ``confidence``: the level of every interval; ``baseline``:
+    :data:`BASELINE`), and the intermediate tables studies share (``memo``)."""
 
     rs: RunSet
-    events: pd.DataFrame | None
+    tables: dict[str, object] | None
     events_error: str | None
     per_run: pd.DataFrame
     cache: dict = field(default_factory=dict)
@@ -92,27 +128,42 @@ class Context:
         """Read what the studies need from ``rs``: its events (or why they could not be read)
         and the per-run table every study compares (:func:`analysis.metrics.run_summary`)."""
         check_options(warmup=warmup, confidence=confidence, baseline=baseline)
-        events, events_error = None, None
+        # the studies' tables of the events, run by run: never every run's events at once
+        tables, events_error = None, None
         try:
-            events = rs.events
+            tables = rs.reduce_tables(event_tables, runs=rs.usable_runs(), epochs=rs.epochs, warmup=warmup)
         except Exception as exc:
             events_error = f"{type(exc).__name__}: {exc}"
+        steps = None if tables is None else tables["steps"]
         try:
-            measured = None
-            if warmup != WARMUP and events is not None:  # the step measures with the asked warm-up
-                measured = M.measure_runs(events, rs.usable_runs(), epochs=rs.epochs, samples=rs.samples,
-                                          warmup=warmup)
-            per_run = M.run_summary(rs, measured=measured)
+            if tables is None:
+                per_run = M.run_summary(rs, steps=False)
+            elif isinstance(steps, pd.DataFrame):  # made with the asked warm-up
+                per_run = M.run_summary(rs, step_rows=steps)
+            else:  # the step table failed on a run: from all events, as before
+                per_run = M.run_summary(rs, measured=M.measure_runs(rs.events, rs.usable_runs(), epochs=rs.epochs,
+                                                                    samples=rs.samples, warmup=warmup))
         except Exception as exc:
             per_run = pd.DataFrame(columns=[*M.scaling.RUN_META, "epoch_time_s", "throughput_samples_per_s",
                                             "samples_per_epoch"])
             events_error = events_error or f"epoch metrics unreadable: {exc}"
-        return cls(rs, events, events_error, per_run, warmup=warmup, confidence=confidence, baseline=baseline)
+        return cls(rs, tables, events_error, per_run, warmup=warmup, confidence=confidence, baseline=baseline)
 
-    def need_events(self) -> pd.DataFrame:
-        if self.events is None:
+    def event_table(self, name: str) -> pd.DataFrame:
+        """A table of :data:`EVENT_TABLES` (or ``steps``) of every usable run's events."""
+        if self.tables is None:
             raise Skip(f"the run traces could not be read: {self.events_error}")
-        return self.events
+        table = self.tables[name]
+        if isinstance(table, BaseException):
+            raise table
+        return table
+
+    def all_events(self) -> pd.DataFrame:
+        """Every usable run's events at once (the RunSet's): only where a study has no
+        table of :data:`EVENT_TABLES` to go on."""
+        if self.tables is None:
+            raise Skip(f"the run traces could not be read: {self.events_error}")
+        return self.rs.events
 
     def memo(self, key: str, fn: Callable[[], object]):
         if key not in self.cache:
@@ -138,11 +189,10 @@ def usable_runs(ctx: Context) -> pd.DataFrame:
 def full_step_breakdown(ctx: Context) -> pd.DataFrame:
     """The step breakdown of the kept full steps (the unit of every study, docs/metrics.md)."""
     def make():
-        ev = ctx.need_events()
-        b = M.time_breakdown(ev, level="step", warmup=ctx.warmup)
+        b = ctx.event_table("breakdown_step")
         if b.empty:
             raise Skip("no run has training-phase records (kind 'phase') in its traces")
-        st = M.step_table(ev, runs=usable_runs(ctx), epochs=ctx.rs.epochs, warmup=ctx.warmup)
+        st = ctx.event_table("steps")
         full = st.loc[st["full"], ["run_id", "rank", "epoch", "step"]]
         return b.merge(full, on=["run_id", "rank", "epoch", "step"], how="inner")
 
@@ -263,7 +313,7 @@ def reporting_notes(ctx: Context, base: str) -> list[str]:
 
 def sync_cost(ctx: Context) -> pd.DataFrame:
     def make():
-        s = M.sync_times(ctx.need_events(), keep_warmup=True, warmup=ctx.warmup)
+        s = ctx.event_table("sync")
         if s.empty:
             raise Skip("no gradient synchronisation records (no 'sync' phase or DDP comm-hook records)")
         return M.sync_cost(s, runs=usable_runs(ctx))

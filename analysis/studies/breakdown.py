@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import metrics as M
 from analysis import plots as P
 from analysis.studies._base import (
     Context,
@@ -21,24 +20,23 @@ def study_breakdown(ctx: Context) -> Section:
     sec.figures.append(("breakdown", P.plot_breakdown(b)))
     sec.tables.append(("breakdown_by_ranks", b, "Full steps after warm-up, pooled over ranks and repeats, per "
                                                 "configuration and batch size; times are per step."))
-    per_rank = M.time_breakdown(ctx.need_events(), level="rank", warmup=ctx.warmup)
+    per_rank = ctx.event_table("breakdown_rank")
     sec.tables.append(("breakdown_per_rank", per_rank, "Per run and rank."))
-    ev = ctx.need_events()
-    _one_run(ctx, sec, per_rank, ev)
-    hv = M.horovod_allreduce(ev, warmup=ctx.warmup)
+    _one_run(ctx, sec, per_rank)
+    hv = ctx.event_table("horovod_allreduce")
     if len(hv):
         sec.figures.append(("horovod_allreduce", P.plot_allreduce_activity(hv)))
         sec.tables.append(("horovod_allreduce", hv, "Horovod timeline activity (fusion duplicates removed on "
                                                      "(name, start)); overlap with rank 0's backward phases."))
-    dd = M.ddp_comm_overlap(ev, warmup=ctx.warmup)
+    dd = ctx.event_table("ddp_comm_overlap")
     if len(dd):
         sec.tables.append(("ddp_comm_overlap", dd, "DDP bucket allreduces (comm hook) and their overlap with "
                                                    "backward."))
-    gpu = M.gpu_time_breakdown(ev)
+    gpu = ctx.event_table("gpu_breakdown")
     if len(gpu):
         sec.figures.append(("gpu_breakdown", P.plot_gpu_breakdown(gpu)))
         sec.tables.append(("gpu_breakdown", gpu, "GPU timeline per rank (HTA's temporal breakdown)."))
-        kp = M.kernel_step_parts(ev)
+        kp = ctx.event_table("kernel_step_parts")
         if len(kp) and kp.groupby("run_id")["rank"].nunique().max() > 1:
             kp = kp.groupby(["run_id", "rank", "source"])[["step_s", "compute_s", "sync_s", "straggler_s",
                                                            "other_s"]].mean().reset_index()
@@ -51,9 +49,9 @@ def study_breakdown(ctx: Context) -> Section:
     return sec
 
 
-def _one_run(ctx: Context, sec: Section, per_rank: pd.DataFrame, ev: pd.DataFrame) -> None:
+def _one_run(ctx: Context, sec: Section, per_rank: pd.DataFrame) -> None:
     """The per-rank shares and a few steps on a timeline of one run: the one with the most
-    ranks, Horovod first, then DDP (notebook 01's run)."""
+    ranks, Horovod first, then DDP (notebook 01's run; only its events are read)."""
     runs = usable_runs(ctx)
     if runs.empty:
         return
@@ -63,7 +61,7 @@ def _one_run(ctx: Context, sec: Section, per_rank: pd.DataFrame, ev: pd.DataFram
     if len(mine):
         sec.figures.append(("breakdown_one_run", P.plot_breakdown(mine.assign(config_backend=run_id), x="rank",
                                                                   title=f"Step time per rank: {run_id}")))
-    events = ev[ev["run_id"].astype(str) == run_id]
+    events = ctx.rs.filter(run_id=lambda ids: ids.astype(str) == run_id).events
     if len(events):
         sec.figures.append(("timeline", P.plot_timeline(events)))
     sec.notes.append(f"Per-rank shares and timeline of one run: {run_id} (the run with the most ranks, Horovod "

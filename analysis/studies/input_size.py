@@ -25,7 +25,7 @@ def study_input_size(ctx: Context) -> Section:
         by = (*(c for c in placement_axes(ctx) if c != size and c in runs.columns), "config_backend", "n_ranks")
         t = M.input_size_table(runs, ctx.per_run, size=size, by=by)
         name = size.removeprefix("vary_")
-        lim = M.memory_limit(t, by=by, find_max=[r for r in M.find_max_records(runs) if r.get("name") == name])
+        lim = M.memory_limit(t, by=by, find_max=[r for r in ctx.rs.find_max_records() if r.get("name") == name])
         sec.figures.append((f"input_size_{name}", P.plot_input_size(t, by=by, limit=lim, size_label=f"--{name}")))
         sec.tables.append((f"input_size_{name}", t, grouped(by, "Throughput per size; n_oom: runs that ran out of "
                                                                 "memory.")))

@@ -55,7 +55,7 @@ def _own_gpus(ctx: Context, sec: Section, samples: pd.DataFrame, rank_devices: p
     if len(lines):
         sec.figures.append(("gpu_lines", P.plot_gpu_lines(lines, title=f"Each GPU of {big} over time")))
     try:
-        start = M.training_start(ctx.need_events())
+        start = ctx.event_table("training_start")
     except Skip:
         return
     mem = M.gpu_memory_phases(samples, rank_devices, start)

@@ -24,11 +24,12 @@ from analysis.studies._base import (
 
 def _loss(ctx: Context) -> tuple[pd.DataFrame, str]:
     def make():
-        ev, runs = ctx.need_events(), usable_runs(ctx)
+        runs = usable_runs(ctx)
         pr = ctx.per_run
         measured = pr[pr["time_per_sample_s"].notna()] if "time_per_sample_s" in pr else None
         if measured is not None and measured.empty:
             measured = None
+        ev = ctx.all_events() if measured is None else None  # the events only where nothing was measured
         kw = {"by": tuple(c for c in config_by(ctx) if c != "inject"), "match": baseline_match(ctx),
               "epochs": ctx.rs.epochs, "measured": measured, "warmup": ctx.warmup, "confidence": ctx.confidence}
         if ctx.baseline != "min":
@@ -60,7 +61,7 @@ def study_why(ctx: Context) -> Section:
                      f"Unit: {loss.attrs.get('unit')}.")
     sec.notes.extend(loss.attrs.get("notes", []))
     sec.notes.extend(thread_notes(ctx))
-    sec.notes.extend(explain_source(loss, M.between_steps(ctx.need_events())))
+    sec.notes.extend(explain_source(loss, ctx.event_table("between_steps")))
     sec.notes.extend(M.explain_loss(loss))
     multi = loss[loss["n_ranks"] > 1]
     if multi.empty:
@@ -76,7 +77,7 @@ def study_why(ctx: Context) -> Section:
     sec.tables.append(("why_not_ideal", t, grouped(config_by(ctx), "Seconds per full step; causes sum to gap_s; "
                                                                "efficiency = ideal_step_s / measured_step_s; X_verdict: "
                                                                "cause X against 0 (efficiency: against 1).")))
-    w = M.warmup_summary(ctx.need_events(), warmup=ctx.warmup)
+    w = ctx.event_table("warmup")
     if len(w):
         dropped = int(w["n_warmup"].sum())
         sec.notes.append(f"Warm-up (rule 'auto': until the step time settles, docs/metrics.md): {dropped} of "

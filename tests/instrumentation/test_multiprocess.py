@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import analysis
-from analysis.readers import scalescope as own
+from analysis import rundir
 
 from .conftest import ROOT, child_env
 
@@ -34,7 +34,7 @@ def _run(cmd: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedP
 
 
 def _check_run_dir(run_dir: Path, *, framework: str, backend: str) -> dict:
-    m = own.read_manifest(run_dir)
+    m = rundir.read_manifest(run_dir)
     assert m["status"] == "ok" and m["end_time"]
     assert m["world_size"] == 2 and m["framework"] == framework and m["backend"] == backend
     assert sorted(r["rank"] for r in m["ranks"]) == [0, 1]
@@ -55,7 +55,7 @@ def _check_run_dir(run_dir: Path, *, framework: str, backend: str) -> dict:
     if m["sampler"]["kind"] == "cpu":
         assert sorted(samples["rank"].dropna().unique()) == [0, 1]  # both local processes
     assert len(samples) > 0
-    epochs = own.read_epochs(run_dir)
+    epochs = rundir.read_epochs(run_dir)
     assert list(epochs["rank"]) == [0, 0, 1, 1] and list(epochs["epoch"]) == [0, 1, 0, 1]
     assert set(epochs["samples"]) == {STEPS * 8}
     return {"manifest": m, "events": df}

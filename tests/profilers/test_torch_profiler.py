@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import analysis
-from analysis.readers.scalescope import read_run_dir
+from analysis.readers.rundir import read_run_dir
 
 pytest.importorskip("torch")
 HERE = Path(__file__).parent

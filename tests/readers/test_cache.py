@@ -199,3 +199,34 @@ def test_a_symlink_to_a_cached_file_gives_the_frame_of_its_own_name(data_dir, tm
     got = analysis.read(link, cache=True)
     assert new.strip(b'"').decode() in set(got["name"].astype(str))
     pd.testing.assert_frame_equal(got, _fresh(link))
+
+
+def test_run_entries_follow_the_file_entries_protocol(data_dir, tmp_path):
+    """The run cache (a Dask RunSet's events) has the parse cache's protocol: an entry named
+    by its digest, reused while whole, written again (with a note) when damaged, and a new
+    entry when a file of the run changes."""
+    from analysis.readers.cache import run_entry
+
+    run = tmp_path / "run"
+    shutil.copytree(data_dir / "scalescope" / "ddp_gloo_np2", run)
+    events = analysis.read_many(run, cache=False)
+    calls = []
+
+    def load():
+        calls.append(1)
+        return events
+
+    first = run_entry(str(run), "r", load)
+    assert first.parent == cache_dir() / "runs" and len(first.name.split(".")) == 3
+    pd.testing.assert_frame_equal(pd.read_parquet(first), events, check_categorical=False)
+    assert run_entry(str(run), "r", load) == first and len(calls) == 1  # whole: reused
+    raw = bytearray(first.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    first.write_bytes(bytes(raw))
+    with pytest.warns(UserWarning, match="damaged"):
+        again = run_entry(str(run), "r", load)
+    assert len(calls) == 2 and again.is_file()
+    pd.testing.assert_frame_equal(pd.read_parquet(again), events, check_categorical=False)
+    with open(run / "rank-00000.epochs.jsonl", "a", encoding="utf-8") as fh:
+        fh.write("\n")
+    assert run_entry(str(run), "r", load) != again and len(calls) == 3  # a file changed: another key

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis.errors import ReadError, RecoveryWarning
+from analysis.metrics import dedupe_fused
 from analysis.readers import horovod, kineto
 from analysis.schema import validate_events
 
@@ -73,7 +74,7 @@ def test_tiny_timeline_known_answers(data_dir):
 def test_dedupe_fused_drops_fusion_duplicates_only(data_dir):
     df, _ = _read(data_dir / "horovod" / "tiny_timeline.json")
     before = df.copy()
-    out = horovod.dedupe_fused(df)
+    out = dedupe_fused(df)
     pd.testing.assert_frame_equal(df, before)  # input untouched
     assert len(out) == 13  # one MEMCPY_IN and one NCCL_ALLREDUCE duplicate gone
     assert _counts(out[out["cat"] == "activity"]) == {
@@ -92,7 +93,7 @@ def test_dedupe_fused_keys_on_name_and_start_only():
     ev = make_events(name=["MPI_ALLREDUCE", "MPI_ALLREDUCE", "MPI_ALLREDUCE"], kind="comm",
                      cat="activity", start_ns=[5, 5, 6], dur_ns=[3, 12, 3], rank=0,
                      tensor=["a", "b", "c"], run_id="r", source="horovod")
-    out = horovod.dedupe_fused(ev)
+    out = dedupe_fused(ev)
     assert out["tensor"].tolist() == ["a", "c"]
     assert horovod_allreduce(ev)["n_fusion_duplicates"].tolist() == [1]
 

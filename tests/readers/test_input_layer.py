@@ -288,9 +288,9 @@ def test_epochs_line_with_nul_names_what_was_found(data_dir, tmp_path):
     lines = f.read_bytes().splitlines(keepends=True)
     f.write_bytes(lines[0][:4] + b"\0\0\0" + lines[0][4:] + b"".join(lines[1:]))
     with pytest.raises(ReadError, match=r"line 1 is not valid JSON \(3 byte\(s\) of NUL data at offset 4\)"):
-        analysis.readers.scalescope.read_epochs(run)
+        analysis.rundir.read_epochs(run)
     f.write_bytes(b"\xef\xbb\xbf" + b"".join(lines))
-    assert len(analysis.readers.scalescope.read_epochs(run)) > 0
+    assert len(analysis.rundir.read_epochs(run)) > 0
 
 
 @pytest.mark.parametrize(("field", "value", "said"), [

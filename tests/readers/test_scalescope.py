@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 import analysis
+from analysis import rundir
 from analysis.errors import ReadError, RecoveryWarning
 from analysis.readers import REGISTRY
+from analysis.readers import rundir as run_reader
 from analysis.readers import scalescope as own
 
 
@@ -70,14 +72,14 @@ def test_clock_offsets_are_applied(run_copy):
     plain = {r: own.read_trace(run_copy / f"rank-0000{r}.trace.json") for r in (0, 1)}
     manifest = json.loads((run_copy / "run.json").read_text())
     assert manifest["clock"]["offsets_ns"] == {"1": 5173}
-    df = own.read_run_dir(run_copy)
+    df = run_reader.read_run_dir(run_copy)
     r1 = df[df["rank"] == 1].reset_index(drop=True)
     assert (r1["start_ns"] - plain[1]["start_ns"] == 5173).all()
     r0 = df[df["rank"] == 0].reset_index(drop=True)
     assert (r0["start_ns"] == plain[0]["start_ns"]).all()
     manifest["clock"]["offsets_ns"] = {"1": -1_000_000_007}
     (run_copy / "run.json").write_text(json.dumps(manifest))
-    df2 = own.read_run_dir(run_copy)
+    df2 = run_reader.read_run_dir(run_copy)
     r1b = df2[df2["rank"] == 1].reset_index(drop=True)
     assert (r1b["start_ns"] - plain[1]["start_ns"] == -1_000_000_007).all()
 
@@ -92,7 +94,7 @@ def test_samples_and_epochs(run_dir):
     assert sorted(s["rank"].dropna().unique()) == [0, 1]
     assert set(s["cpu_core"].dropna().unique()) == {0, 1}
     assert s["util_gpu_pct"].isna().all()
-    e = own.read_epochs(run_dir)
+    e = rundir.read_epochs(run_dir)
     assert list(e["rank"]) == [0, 0, 1, 1] and list(e["epoch"]) == [0, 1, 0, 1]
     assert set(e["samples"]) == {24} and (e["epoch_time_s"] > 0).all()
     assert set(e["peak_mem_kind"]) == {"rss"} and set(e["run_id"]) == {"ddp_gloo_np2"}
@@ -158,27 +160,27 @@ def test_damaged_traces_raise_read_error(tmp_path):
 
 
 def test_manifest_validation(run_copy):
-    m = own.read_manifest(run_copy)
+    m = rundir.read_manifest(run_copy)
     assert m["world_size"] == 2 and m["framework"] == "ddp" and m["backend"] == "gloo"
     assert m["sampler"]["kind"] == "cpu" and "NVML" in m["sampler"]["nvml_unavailable_reason"]
     newer = dict(m, format_version=2)
     (run_copy / "run.json").write_text(json.dumps(newer))
     with pytest.raises(ReadError, match="format_version 2 is newer than this scalescope reads"):
-        own.read_manifest(run_copy)
+        rundir.read_manifest(run_copy)
     with pytest.raises(ReadError, match="format_version 2"):
         analysis.read_many(run_copy)
     (run_copy / "run.json").write_text(json.dumps(dict(m, format="something.else")))
     with pytest.raises(ReadError, match=r"expected 'scalescope\.run'"):
-        own.read_manifest(run_copy / "run.json")
+        rundir.read_manifest(run_copy / "run.json")
     (run_copy / "run.json").write_text("{not json")
     with pytest.raises(ReadError, match="not valid JSON"):
-        own.read_manifest(run_copy)
+        rundir.read_manifest(run_copy)
 
 
 def test_missing_rank_trace_warns(run_copy):
     (run_copy / "rank-00001.trace.json").unlink()
     with pytest.warns(RecoveryWarning, match=r"no trace for rank\(s\) \[1\]"):
-        df = own.read_run_dir(run_copy)
+        df = run_reader.read_run_dir(run_copy)
     assert set(df["rank"]) == {0}
 
 
@@ -188,10 +190,10 @@ def test_horovod_timeline_is_read_or_skipped_with_a_warning(run_copy, corpus_dir
     analysis.formats()
     if "horovod" not in REGISTRY:
         with pytest.warns(RecoveryWarning, match="'horovod' reader is not available"):
-            df = own.read_run_dir(run_copy)
+            df = run_reader.read_run_dir(run_copy)
         assert set(df["source"]) == {"scalescope_trace"}
     else:
-        df = own.read_run_dir(run_copy)
+        df = run_reader.read_run_dir(run_copy)
         assert {"scalescope_trace", "horovod"} <= set(df["source"])
 
 

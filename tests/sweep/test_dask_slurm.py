@@ -85,10 +85,10 @@ def test_slurm_cluster_workers_give_the_serial_tables(local_slurm, tmp_path):
         got = {"step_times": M.step_times(rs), "time_breakdown": M.time_breakdown(rs), "sync_times": M.sync_times(rs)}
         for key in want:
             pd.testing.assert_frame_equal(got[key], want[key], obj=key)
-        # reduce_files: one metric over a run's rank traces (cached by the workers), one per timeline
-        pd.testing.assert_frame_equal(scale.reduce_files(traces, M.step_times, client=client, cache=True), want_steps)
+        # read_many(reduce=): one metric over a run's rank traces (cached by the workers), one per timeline
+        pd.testing.assert_frame_equal(read_many(traces, reduce=M.step_times, client=client, cache=True), want_steps)
         assert any(cache.rglob("*.parquet")), "the workers wrote nothing to SCALESCOPE_CACHE"
-        parts = scale.reduce_files(timelines, [M.horovod_allreduce] * len(timelines), client=client)
+        parts = [read_many([t], reduce=M.horovod_allreduce, client=client) for t in timelines]
         for part, table in zip(parts, want_allreduce, strict=True):
             pd.testing.assert_frame_equal(part, table)
     finally:
