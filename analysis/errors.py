@@ -39,6 +39,16 @@ def recording() -> Iterator[list[warnings.WarningMessage]]:
         yield caught
 
 
+@contextmanager
+def replaying() -> Iterator[None]:
+    """Hold the recorder of :func:`recording` without recording, while warnings recorded
+    elsewhere (a cached parse's, a task's) are raised again: they reach this thread's caller,
+    never the record of another thread recording at that moment (``catch_warnings`` is
+    process-wide, so such a warning would be kept, and replayed, as that thread's own)."""
+    with _RECORDING:
+        yield
+
+
 class ScalescopeError(Exception):
     """Base class of every error scalescope raises on purpose."""
 

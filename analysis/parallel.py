@@ -35,7 +35,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.errors import recording
+from analysis.errors import recording, replaying
 
 #: Marks a frame without rows in :func:`to_ipc` (an Arrow stream starts with 0xFFFFFFFF).
 _EMPTY = b"scalescope-empty-frame\n"
@@ -259,8 +259,9 @@ def run_tasks(
         results[i] = None
         if extras is not None:
             extras.append(extra)
-        for category, message in caught:
-            warnings.warn(message, category, stacklevel=2)
+        with replaying():
+            for category, message in caught:
+                warnings.warn(message, category, stacklevel=2)
         frames.append(frame)
     return frames
 

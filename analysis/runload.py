@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import parallel, rundir, schema
-from analysis.errors import recording
+from analysis.errors import recording, replaying
 from analysis.readers.cache import run_entry
 from analysis.readers.rundir import (
     TIMELINE,
@@ -252,8 +252,9 @@ def _caught(func: Callable[[], Any]) -> tuple[Any, list[tuple[type, str]], tuple
 
 def _again(caught: list[tuple[type, str]], error: tuple[str, Any] | None = None) -> None:
     """A part's warnings raised here, then its exception."""
-    for category, message in caught:
-        warnings.warn(message, category, stacklevel=4)
+    with replaying():
+        for category, message in caught:
+            warnings.warn(message, category, stacklevel=4)
     if error is not None:
         raise _PartError(*error)
 

@@ -31,7 +31,7 @@ import pandas as pd
 
 from analysis import atomic, schema
 from analysis._io import check_file
-from analysis.errors import OutputError, RecoveryWarning, recording
+from analysis.errors import OutputError, RecoveryWarning, recording, replaying
 from analysis.readers._assembly import NP_INT, missing
 from analysis.readers.registry import Reader
 from instrumentation.paths import leaves
@@ -98,8 +98,9 @@ _WARNING_CLASSES = {c.__name__: c for c in (RecoveryWarning, UserWarning, Runtim
 def _replay(recorded: list[list[str]]) -> None:
     """Issue again the warnings the parse of a cached frame gave (so a cached re-read of a
     damaged file says what was lost, as the first read did)."""
-    for category, message in recorded:
-        warnings.warn(message, _WARNING_CLASSES.get(category, UserWarning), stacklevel=5)
+    with replaying():
+        for category, message in recorded:
+            warnings.warn(message, _WARNING_CLASSES.get(category, UserWarning), stacklevel=5)
 
 
 def _restore_dtypes(df: pd.DataFrame, reader: Reader) -> pd.DataFrame:
@@ -279,11 +280,12 @@ def cached(path: Path, reader: Reader, run_id: str | None,
     hit = lookup(slot, ident, reader)
     if hit is not None:
         return hit
-    with recording() as caught:
-        df = parse()
-    recorded = [[w.category.__name__, str(w.message)] for w in caught]
-    for w in caught:  # the caller sees them as if nothing had been recorded
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    with replaying():  # no other thread records between this parse and its warnings raised again
+        with recording() as caught:
+            df = parse()
+        recorded = [[w.category.__name__, str(w.message)] for w in caught]
+        for w in caught:  # the caller sees them as if nothing had been recorded
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     if len(df):  # empty frames are cheap to rebuild
         write(df, slot, {**ident, "warnings": recorded})
     return df
