@@ -91,7 +91,8 @@ def plot_input_size(table: pd.DataFrame, *, by: str | Sequence[str] = ("config_b
                                      marker={"symbol": "x", "size": 12, "color": colour}))
     if limit is not None:
         for _, r in limit.iterrows():
-            if np.isfinite(r.get("largest_ok", np.nan)):
+            # a limit only where a larger size ran out of memory (else it is just the largest tried)
+            if np.isfinite(r.get("largest_ok", np.nan)) and np.isfinite(r.get("smallest_oom", np.nan)):
                 top = float(np.nanmax(table["throughput_samples_per_s"])) if table["n_ok"].sum() else 1.0
                 fig.add_trace(go.Scatter(x=[float(r["largest_ok"])] * 2, y=[0.0, top], mode="lines",
                                          line={"dash": "dash", "color": "#666666"},

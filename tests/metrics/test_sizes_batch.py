@@ -126,3 +126,12 @@ def test_speedup_slopes_figure():
     fig = P.plot_speedup_slopes(fit)
     assert list(fig.data[0].x) == ["alpha", "beta"] and list(fig.data[0].y) == [0.45, 0.28]
     assert list(fig.data[0].error_y.array) == [pytest.approx(0.05), pytest.approx(0.08)]
+
+
+def test_input_size_draws_no_limit_where_nothing_ran_out_of_memory():
+    ok = RUNS[RUNS["status"] != "oom"] if "status" in RUNS else RUNS
+    t = M.input_size_table(ok, PER_RUN, size="vary_curve-length")
+    assert not (t["n_oom"] > 0).any()
+    lim = M.memory_limit(t)
+    fig = P.plot_input_size(t, limit=lim, size_label="--curve-length")
+    assert not [d for d in fig.data if d.name.startswith("largest that fits")], "the largest size tried is no limit"
