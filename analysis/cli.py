@@ -37,6 +37,11 @@ EXIT_INTERRUPTED = 130
 #: (and the terminal's Ctrl-C reaches the whole process group) but leaves the message to it.
 _MAIN_PID: int | None = None
 _ANNOUNCED = False
+#: A Ctrl-C reached our handler. Python can lose the KeyboardInterrupt the handler raises:
+#: where it lands in a weakref callback or ``__del__`` it is only printed ("Exception ignored
+#: in"), and 3.11 turns one raised while a class is created into a RuntimeError that an import
+#: guard's ``except Exception`` swallows. The command then ends as interrupted all the same.
+_REQUESTED = False
 
 
 def _announce_interrupt(command: str | None) -> None:
@@ -51,8 +56,10 @@ def _announce_interrupt(command: str | None) -> None:
 
 
 def _on_sigint(signum, frame) -> None:
+    global _REQUESTED
     if os.getpid() != _MAIN_PID:  # a forked pool worker: the main process reports and exits
         os._exit(EXIT_INTERRUPTED)
+    _REQUESTED = True
     # the first Ctrl-C unwinds (temporary files are removed on the way); a second one while
     # that runs, or one after the command finished, ends the process at once
     signal.signal(signal.SIGINT, _on_late_sigint)
@@ -72,12 +79,12 @@ def _install_sigint() -> object | None:
     A command started with Ctrl-C ignored (``cmd &`` in a script, whose shell ignores SIGINT
     for it so that a Ctrl-C meant for the script leaves it running) keeps ignoring it, as
     Python itself and every shell tool do."""
-    global _MAIN_PID, _ANNOUNCED
+    global _MAIN_PID, _ANNOUNCED, _REQUESTED
     if threading.current_thread() is not threading.main_thread():
         return None
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         return None
-    _MAIN_PID, _ANNOUNCED = os.getpid(), False
+    _MAIN_PID, _ANNOUNCED, _REQUESTED = os.getpid(), False, False
     return signal.signal(signal.SIGINT, _on_sigint)
 
 
@@ -360,7 +367,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
-        return _call(args)
+        sys.unraisablehook, unraisable = _quiet_lost_interrupt(sys.unraisablehook), sys.unraisablehook
+        try:
+            rc = _call(args)
+        finally:
+            if argv is not None:
+                sys.unraisablehook = unraisable
+        if _REQUESTED:  # the KeyboardInterrupt was lost on its way (see _REQUESTED)
+            raise KeyboardInterrupt
+        return rc
     except KeyboardInterrupt:
         _announce_interrupt(command)
         return EXIT_INTERRUPTED
@@ -375,6 +390,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 atexit.register(_ignore_sigint_at_exit)
         if argv is not None:
             warnings.showwarning = shown
+
+
+def _quiet_lost_interrupt(hook: Callable) -> Callable:
+    """``sys.unraisablehook`` that keeps quiet about our KeyboardInterrupt where Python could
+    not raise it (a weakref callback, ``__del__``): the command ends as interrupted instead
+    (:data:`_REQUESTED`); anything else goes to ``hook``."""
+
+    def unraisable(info) -> None:
+        if isinstance(info.exc_value, KeyboardInterrupt) and _REQUESTED:
+            return
+        hook(info)
+
+    return unraisable
 
 
 def _ignore_sigint_at_exit() -> None:

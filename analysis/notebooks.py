@@ -65,6 +65,7 @@ STUDY_NOTEBOOKS: dict[str, tuple[str, ...]] = {
     "clusters": ("09_clusters_partitions",),
     "strong_weak": ("10_strong_weak",),
     "input_size": ("11_input_size",),
+    "scope": ("08_why_not_ideal",),
 }
 
 

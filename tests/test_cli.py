@@ -363,3 +363,27 @@ def test_a_command_started_with_ctrl_c_ignored_keeps_ignoring_it():
                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert p.returncode == 0, (p.returncode, p.stderr)
     assert "interrupted" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_ctrl_c_python_could_not_raise_still_ends_the_command_as_interrupted():
+    """A Ctrl-C that lands in a weakref callback (or ``__del__``) is only printed by Python
+    ("Exception ignored in ...") and the command ran on to its end (the report Ctrl-C test
+    under load). The command now ends as interrupted: one line, 130, nothing else."""
+    code = ("import os, signal, sys, weakref\n"
+            "from analysis import cli\n"
+            "class Thing: pass\n"
+            "def work(args):\n"
+            "    thing = Thing()\n"
+            "    ref = weakref.ref(thing, lambda r: os.kill(os.getpid(), signal.SIGINT))\n"
+            "    del thing\n"
+            "    print('ran to its end', flush=True)\n"
+            "    return 0\n"
+            "cli._call = work\n"
+            "sys.argv = ['scalescope', 'formats']\n"
+            "sys.exit(cli.main())\n")
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert "ran to its end" in p.stdout  # the interrupt was lost where it landed, as Python loses it
+    assert p.returncode == cli.EXIT_INTERRUPTED, (p.returncode, p.stderr)
+    assert p.stderr.strip() == "scalescope formats: interrupted", p.stderr

@@ -322,7 +322,7 @@ def test_the_run_cache_cannot_outlive_a_rewrite_and_is_rewritten_when_damaged(sw
     good = pd.read_parquet(entry)
     with open(entry, "r+b") as fh:  # cut the entry short
         fh.truncate(os.path.getsize(entry) // 2)
-    with pytest.warns(UserWarning, match="unreadable"):
+    with pytest.warns(UserWarning, match="is damaged"):
         again = run_entry(*where, lambda: one.events)
     assert again == entry
     pd.testing.assert_frame_equal(pd.read_parquet(again), good)

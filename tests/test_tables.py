@@ -47,10 +47,10 @@ def test_humanize_units_rounding_intervals_residue_and_shared_columns():
         "efficiency_frac": [0.8123, 0.5], "efficiency_std_frac": [0.01, 0.02],
     })
     h = tables.humanize(df)
-    assert list(h.columns) == ["Configuration", "Step time [ms]", "Other [ms]", "Efficiency [%]"]
+    assert list(h.columns) == ["Configuration", "Step time [ms]", "Other / idle [ms]", "Efficiency [%]"]  # the cause words (metrics.gap.CAUSE_LABELS)
     # half-width 0.3 ms -> one decimal; 3.5 ms -> no decimal beyond the units digit
     assert h["Step time [ms]"].tolist() == ["18.2 [17.9, 18.5]", "43 [40, 47]"]
-    assert h["Other [ms]"].iloc[0] == "0"  # residue below 1e-12 of the row's scale
+    assert h["Other / idle [ms]"].iloc[0] == "0"  # residue below 1e-12 of the row's scale
     assert h["Efficiency [%]"].tolist() == ["81.2", "50.0"]
     assert h.attrs["shared"] == ["Batch size: 75", "Ranks: 2"]  # the same in every row
     assert "efficiency_std_frac" not in " ".join(h.columns)  # spread left to the CSV

@@ -56,7 +56,7 @@ def _memory_by_batch(ctx: Context, sec: Section, epochs) -> None:
                          "(scalescope sweep --batch-size 75,150,300, or --find-max batch-size=75 for the largest "
                          "batch that fits, docs/sweep.md).")
         return
-    lim = M.memory_limit(t, by=by, find_max=[r for r in M.find_max_records(runs) if r.get("name") == "batch-size"])
+    lim = M.memory_limit(t, by=by, find_max=[r for r in ctx.rs.find_max_records() if r.get("name") == "batch-size"])
     sec.figures.append(("memory_batch", P.plot_memory_batch(t, limit=lim, by=by)))
     sec.tables.append(("memory_batch", t, grouped(by, "Peak memory per rank (the largest rank's, median over "
                                                       "repeats) per batch size; n_oom: runs that ran out of memory.")))

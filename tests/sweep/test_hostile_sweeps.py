@@ -177,6 +177,7 @@ def test_a_ctrl_c_that_python_swallowed_still_stops_the_run(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, inside class creation
             time.sleep(0.05)
 
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before
     local._INTERRUPTS.install()
     try:
         try:
@@ -193,6 +194,7 @@ def test_a_ctrl_c_that_python_swallowed_still_stops_the_run(tmp_path):
     finally:
         local._INTERRUPTS.restore()
         local._INTERRUPTS.requested = False
+        signal.signal(signal.SIGINT, before)
 
 
 # ------------------------------------------------------------------ argument lists
