@@ -251,12 +251,9 @@ class _State:
             streams = [_hex_id(x) for x in streams]
         for col, values in (("pid", [e.pid for e in keep]), ("tid", tids),
                             ("corr", [a.correlation for a in args]), ("stream", streams)):
-            out[col], out[col + "_na"] = na = numbers.int_column(values)
+            out[col], out[col + "_na"], not_int = numbers.int_ids(values)
             if col in ("corr", "stream"):  # present but not an id: left empty, and said
-                bad = out[col] < 0
-                missing = np.flatnonzero(na[1])
-                if missing.size:  # missing: absent (None), or present but not an int
-                    bad[missing] = [values[i] is not None for i in missing.tolist()]
+                bad = (out[col] < 0) | not_int
                 if bad.any():
                     self.damage.bad_ids += int(bad.sum())
                     out[col + "_na"] = out[col + "_na"] | bad

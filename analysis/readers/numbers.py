@@ -64,13 +64,21 @@ _NONE = {type(None)}
 
 def int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     """Python ints/None/other to (int64 values, mask of missing): non-ints are missing."""
+    arr, missing, _ = int_ids(values)
+    return arr, missing
+
+
+def int_ids(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`int_column` and a third mask: the values present (not None) but not an int64
+    (a string, a fraction, a number beyond int64), all of them missing as well."""
+    n = len(values)
     types = set(map(type, values))
     if types == _NONE:
-        return np.zeros(len(values), dtype=np.int64), np.ones(len(values), dtype=bool)
+        return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
     if type(None) not in types:
         try:
             arr = np.array(values, dtype=np.int64)
-            return arr, np.zeros(len(arr), dtype=bool)
+            return arr, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         except (TypeError, ValueError, OverflowError):
             pass
     try:
@@ -79,10 +87,20 @@ def int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
         mask = np.isnan(f)
         good = f[~mask]
         if not (np.abs(good) >= 2.0**53).any() and (good == np.floor(good)).all():
-            return np.where(mask, 0, f).astype(np.int64), mask
+            # JSON has no NaN: only None, or a text such as "nan", gives one
+            not_int = (_present(values, mask) if str in types else np.zeros(n, dtype=bool))
+            return np.where(mask, 0, f).astype(np.int64), mask, not_int
     except (TypeError, ValueError):
         pass
     vals = [v if type(v) is int and -(2**63) <= v < 2**63 else None for v in values]
     mask = np.array([v is None for v in vals], dtype=bool)
     arr = np.array([0 if v is None else v for v in vals], dtype=np.int64)
-    return arr, mask
+    return arr, mask, _present(values, mask)
+
+
+def _present(values: list, mask: np.ndarray) -> np.ndarray:
+    """``mask`` narrowed to the values that are not None."""
+    out = mask.copy()
+    where = np.flatnonzero(mask)
+    out[where] = [values[i] is not None for i in where.tolist()]
+    return out

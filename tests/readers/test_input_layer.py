@@ -447,7 +447,7 @@ def test_junk_after_a_complete_trace_is_not_a_cut(data_dir, tmp_path, fmt, rel, 
 
 
 @pytest.mark.parametrize("key", ["stream", "correlation"])
-@pytest.mark.parametrize("value", ["x", -1, 2**70, 1.5, [1]])
+@pytest.mark.parametrize("value", ["x", "nan", -1, 2**70, 1.5, [1]])
 def test_kineto_ids_that_are_not_ids_are_named(data_dir, tmp_path, key, value):
     src = json.loads((data_dir / "kineto/tiny_rank1.pt.trace.json").read_text())
     kernel = next(e for e in src["traceEvents"] if e.get("cat") == "kernel")
