@@ -134,9 +134,9 @@ class Context:
             tables = rs.reduce_tables(event_tables, runs=rs.usable_runs(), epochs=rs.epochs, warmup=warmup)
         except Exception as exc:
             events_error = f"{type(exc).__name__}: {exc}"
-        steps = None if tables is None else tables["steps"]
+        steps = None if tables is None else tables.get("steps")  # none: no usable run to reduce
         try:
-            if tables is None:
+            if steps is None:
                 per_run = M.run_summary(rs, steps=False)
             elif isinstance(steps, pd.DataFrame):  # made with the asked warm-up
                 per_run = M.run_summary(rs, step_rows=steps)
@@ -153,6 +153,8 @@ class Context:
         """A table of :data:`EVENT_TABLES` (or ``steps``) of every usable run's events."""
         if self.tables is None:
             raise Skip(f"the run traces could not be read: {self.events_error}")
+        if name not in self.tables:
+            raise Skip("no run completed with usable traces")
         table = self.tables[name]
         if isinstance(table, BaseException):
             raise table
