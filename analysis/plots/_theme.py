@@ -127,6 +127,16 @@ def time_axis(values: Sequence[float] | pd.Series) -> tuple[str, float]:
     return ("s", 1.0) if len(v) and float(np.median(v)) >= 10.0 else ("ms", 1e3)
 
 
+def spread_bars(g: pd.DataFrame, mid: str, low: str, high: str, *, k: float = 1.0) -> dict:
+    """Asymmetric error bars from ``low`` to ``high`` around ``mid`` (each scaled by ``k``),
+    as ``go.Scatter`` keywords; none where ``g`` has not both ends (e.g. the min-max spread
+    over repeats)."""
+    if not {low, high} <= set(g.columns):
+        return {}
+    return {"error_y": {"type": "data", "symmetric": False, "array": ((g[high] - g[mid]) * k).tolist(),
+                        "arrayminus": ((g[mid] - g[low]) * k).tolist()}}
+
+
 def require_columns(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
     missing = [c for c in cols if c not in df.columns]
     if missing:

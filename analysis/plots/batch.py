@@ -16,6 +16,7 @@ from analysis.plots._theme import (
     groups,
     hover,
     require_columns,
+    spread_bars,
     time_axis,
 )
 
@@ -29,11 +30,7 @@ def plot_batch_size(table: pd.DataFrame, *, by: str = "config_backend",
     unit, k = time_axis(table["epoch_time_s"])
     for key, g in groups(table, by, x="batch_size"):
         g = g.sort_values("batch_size")
-        err = {}
-        if {"epoch_time_min_s", "epoch_time_max_s"} <= set(g.columns):
-            err = {"error_y": {"type": "data", "symmetric": False,
-                               "array": ((g["epoch_time_max_s"] - g["epoch_time_s"]) * k).tolist(),
-                               "arrayminus": ((g["epoch_time_s"] - g["epoch_time_min_s"]) * k).tolist()}}
+        err = spread_bars(g, "epoch_time_s", "epoch_time_min_s", "epoch_time_max_s", k=k)
         fig.add_trace(go.Scatter(x=g["batch_size"].tolist(), y=(g["epoch_time_s"] * k).tolist(),
                                  mode="lines+markers", name=str(key) if key is not None else "measured",
                                  hovertemplate=hover("epoch time", ".3g", unit, x="batch %{x}"), **err))

@@ -18,6 +18,7 @@ from analysis.plots._theme import (
     node_lines,
     rank_axis,
     require_columns,
+    spread_bars,
     time_axis,
 )
 
@@ -36,11 +37,7 @@ def plot_epoch_time(table: pd.DataFrame, *, by: str | Sequence[str] = ("partitio
         g = g.sort_values("n_ranks")
         colour = PALETTE[i % len(PALETTE)]
         name = str(key) if key is not None else "measured"
-        err = {}
-        if {"epoch_time_s_min", "epoch_time_s_max"} <= set(g.columns):
-            err = {"error_y": {"type": "data", "symmetric": False,
-                               "array": ((g["epoch_time_s_max"] - g["epoch_time_s_median"]) * k).tolist(),
-                               "arrayminus": ((g["epoch_time_s_median"] - g["epoch_time_s_min"]) * k).tolist()}}
+        err = spread_bars(g, "epoch_time_s_median", "epoch_time_s_min", "epoch_time_s_max", k=k)
         fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=(g["epoch_time_s_median"] * k).tolist(),
                                  mode="lines+markers", name=name, legendgroup=name, line={"color": colour},
                                  hovertemplate=hover("epoch time", ".3g", unit), **err))

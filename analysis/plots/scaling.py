@@ -19,6 +19,7 @@ from analysis.plots._theme import (
     node_lines,
     rank_axis,
     require_columns,
+    spread_bars,
     time_axis,
 )
 
@@ -54,11 +55,7 @@ def plot_scaling(
         g = g.sort_values("n_ranks")
         colour = PALETTE[i % len(PALETTE)]
         name = str(key) if key is not None else "measured"
-        err = {}
-        if {"speedup_min", "speedup_max"} <= set(g.columns):
-            err = {"error_y": {"type": "data", "symmetric": False,
-                               "array": (g["speedup_max"] - g["speedup"]).tolist(),
-                               "arrayminus": (g["speedup"] - g["speedup_min"]).tolist()}}
+        err = spread_bars(g, "speedup", "speedup_min", "speedup_max")
         fig.add_trace(go.Scatter(x=g["n_ranks"].tolist(), y=g["speedup"].tolist(), mode="lines+markers", name=name,
                                  legendgroup=name, line={"color": colour}, hovertemplate=hover("speedup", ".2f", "×"),
                                  **err), row=1, col=1)
@@ -109,11 +106,7 @@ def plot_sync(table: pd.DataFrame, *, by: str = "config_backend",
         g = g.sort_values("n_ranks")
         name = str(key) if key is not None else "measured"
         colour = PALETTE[i % len(PALETTE)]
-        err = {}
-        if {"sync_min_s", "sync_max_s"} <= set(g.columns):
-            err = {"error_y": {"type": "data", "symmetric": False,
-                               "array": ((g["sync_max_s"] - g["sync_median_s"]) * 1e3).tolist(),
-                               "arrayminus": ((g["sync_median_s"] - g["sync_min_s"]) * 1e3).tolist()}}
+        err = spread_bars(g, "sync_median_s", "sync_min_s", "sync_max_s", k=1e3)
         x = g["n_ranks"].tolist()
         fig.add_trace(go.Scatter(x=x, y=(g["sync_median_s"] * 1e3).tolist(), mode="lines+markers", name=name,
                                  legendgroup=name, line={"color": colour},
