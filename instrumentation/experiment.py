@@ -250,42 +250,31 @@ def plan_runs(
     names = [n for n, _ in vary]
     combos = list(itertools.product(*[vals for _, vals in vary])) or [()]
     if global_batches:
-        return _plan_global(nps, backends, global_batches, repeats, baseline, names, combos, extra)
+        _check_divides(global_batches, [*nps, 1] if baseline else nps)
     plan: list[RunSpec] = []
     for r in range(1, repeats + 1):
-        for bs in batch_sizes:
+        for bs in global_batches or batch_sizes:
+            # the global batch fixed: per-rank batch G / ranks, in the same order
+            tag = {"global_batch": bs} if global_batches else {}
             for combo in combos:
                 v = tuple(zip(names, combo, strict=True))
                 if baseline:
-                    plan.append(RunSpec("baseline", 1, bs, r, v, **extra))
+                    plan.append(RunSpec("baseline", 1, bs, r, v, **extra, **tag))
                 for backend in backends:
                     for n in nps:
-                        plan.append(RunSpec(backend, n, bs, r, v, **extra))
+                        plan.append(RunSpec(backend, n, bs // n if global_batches else bs, r, v, **extra, **tag))
     _check_unique(plan)
     return plan
 
 
-def _plan_global(nps: Sequence[int], backends: Sequence[str], global_batches: Sequence[int], repeats: int,
-                 baseline: bool, names: Sequence[str], combos: Sequence[tuple], extra: dict) -> list[RunSpec]:
-    """:func:`plan_runs` with the global batch fixed: per-rank batch G / ranks, in the same order."""
-    bad = [(g, n) for g in global_batches for n in ([*nps, 1] if baseline else nps) if g % n]
+def _check_divides(global_batches: Sequence[int], nps: Sequence[int]) -> None:
+    """ValueError naming the first global batch a rank count does not divide."""
+    bad = [(g, n) for g in global_batches for n in nps if g % n]
     if bad:
         g, n = bad[0]
         raise ValueError(f"--global-batch-size {g} does not divide by {n} rank(s) ({g}/{n} = {g / n:g}): the "
                          "per-rank batch would differ between ranks; choose a global batch that every --np value "
                          "divides (their least common multiple's multiples)")
-    plan: list[RunSpec] = []
-    for r in range(1, repeats + 1):
-        for g in global_batches:
-            for combo in combos:
-                v = tuple(zip(names, combo, strict=True))
-                if baseline:
-                    plan.append(RunSpec("baseline", 1, g, r, v, **extra, global_batch=g))
-                for backend in backends:
-                    for n in nps:
-                        plan.append(RunSpec(backend, n, g // n, r, v, **extra, global_batch=g))
-    _check_unique(plan)
-    return plan
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
