@@ -373,7 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if argv is not None:
                 sys.unraisablehook = unraisable
-        if _REQUESTED:  # the KeyboardInterrupt was lost on its way (see _REQUESTED)
+        # the KeyboardInterrupt was lost on its way (see _REQUESTED); a command that returned
+        # 130 caught it itself and has said so (a sweep: "interrupted; run ... again to resume")
+        if _REQUESTED and rc != EXIT_INTERRUPTED:
             raise KeyboardInterrupt
         return rc
     except KeyboardInterrupt:

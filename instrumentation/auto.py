@@ -347,14 +347,19 @@ class _DdpWait:
     bytes_noted = False
 
     @classmethod
-    def launched(cls, entry: list, now: int) -> None:
+    def launched(cls, entry: list) -> None:
         """A bucket's hook ran: note it, and stamp earlier buckets that have completed."""
-        cls.stamp(now)
+        cls.stamp()
         cls.pending.append(entry)
         cls.n_buckets += 1
 
     @classmethod
-    def stamp(cls, now: int, *, wait: bool = False) -> None:
+    def stamp(cls, *, wait: bool = False) -> None:
+        """Close the record of every pending bucket whose future is seen complete, at the
+        time it is seen so: the clock is read after ``done()`` said so (a time read before,
+        such as the next bucket's launch, can precede the completion and even the
+        collective's start: the allreduce call between them takes hundreds of µs on a busy
+        machine)."""
         keep = []
         for entry in cls.pending:
             fut = entry[0]
@@ -366,7 +371,7 @@ class _DdpWait:
                     fut.wait()
                 except Exception:
                     pass  # DDP's own wait raises the allreduce's error; ours must not
-                now = _ph.now()
+            now = _ph.now()
             _ph.record("comm", "allreduce", entry[1], now, step=entry[3], epoch=entry[4], tid=entry[2],
                        args=entry[5])
         cls.pending = keep
@@ -393,7 +398,7 @@ class _DdpWait:
         """Autograd final callback: wait for every bucket (as DDP does), record ``sync``."""
         import threading
 
-        cls.stamp(_ph.now(), wait=True)
+        cls.stamp(wait=True)
         # after fut.wait() the stream waits for the allreduces: this mark completes when
         # they have (on NCCL the host never waits here; the device does)
         _ph.device_span("phase", "sync", cls.dev_ready, _ph.device_mark(), step=cls.step, epoch=cls.epoch,
@@ -431,7 +436,7 @@ def _recording_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
             _named_buckets.add(idx)
             _ph.name_track(tid, f"allreduce bucket {idx}")
         args = {"bucket": idx, "bytes": int(buf.numel() * buf.element_size()), "last": last}
-        _DdpWait.launched([fut, t0, tid, _ph.current_step(), _ph.current_epoch(), args], t0)
+        _DdpWait.launched([fut, t0, tid, _ph.current_step(), _ph.current_epoch(), args])
         if not _DdpWait.bytes_noted:
             _DdpWait.step_bytes += args["bytes"]
         if last:

@@ -93,4 +93,10 @@ def test_headline_moves_less_than_its_interval(summary):
     half = (c["efficiency_frac_ci_high"] - c["efficiency_frac_ci_low"]) / 2
     print(f"efficiency with the disturbed repeat flagged {r['efficiency_frac']:.3f}, without it "
           f"{c['efficiency_frac']:.3f} ({c['efficiency_frac_ci_low']:.3f}-{c['efficiency_frac_ci_high']:.3f})")
-    assert abs(r["efficiency_frac"] - c["efficiency_frac"]) < half, (r["efficiency_frac"], c["efficiency_frac"], half)
+    moved = abs(r["efficiency_frac"] - c["efficiency_frac"])
+    if pd.isna(half):
+        # load beside the test left fewer than MIN_REPEATS kept repeats on a side: no interval
+        # is given, and the headline must then be the clean repeats' own number exactly
+        assert moved == 0, (r.to_dict(), c.to_dict())
+        return
+    assert moved < half, (r["efficiency_frac"], c["efficiency_frac"], half)
