@@ -144,17 +144,17 @@ def test_one_manifest_rule_for_runset_and_reader(exp):
 def test_damage_found_by_parallel_readers_reaches_the_damaged_table(exp, workers):
     """Runs read in a process pool (or one by one as one-run RunSets) hand their damage back:
     the 0-byte rank trace found while reading is in ``damaged``, as when read serially."""
-    from analysis import runload
-
     _damage(exp)
     rs = _load(exp)
     rs.workers = workers
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecoveryWarning)
-        ev = runload.load_table(rs, "events")
+        ev = rs.events
+        damaged = rs.damaged
     assert "horovod-gloo_np4_bs10_r1" not in set(ev["run_id"].astype(str))
-    trace = [d for d in rs.damage_records() if str(d.get("path", "")).endswith("rank-00003.trace.json")]
-    assert len(trace) == 1 and trace[0]["run_id"] == "horovod-gloo_np4_bs10_r1" and "empty" in trace[0]["reason"]
+    trace = damaged[damaged["path"].astype(str).str.endswith("rank-00003.trace.json")]
+    assert len(trace) == 1 and trace["run_id"].iloc[0] == "horovod-gloo_np4_bs10_r1"
+    assert "empty" in trace["reason"].iloc[0]
 
 
 # -- manifests with valid JSON and wrong types (issue 25, class 4) ----------------------------------

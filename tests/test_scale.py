@@ -316,7 +316,7 @@ def test_the_run_cache_cannot_outlive_a_rewrite_and_is_rewritten_when_damaged(sw
     assert run_key(str(run), "r") != before
     trace.write_bytes(text)
 
-    one = RunSet.from_dirs([exp], workers=1).filter(run_id=ids[2]).split()[0]
+    one = RunSet.from_dirs([exp], workers=1).filter(run_id=ids[2])
     where = (str(one.runs["path"].iloc[0]), str(one.runs["run_id"].iloc[0]))
     entry = run_entry(*where, lambda: one.events)
     good = pd.read_parquet(entry)

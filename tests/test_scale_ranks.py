@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from analysis import metrics as M
-from analysis import parallel, runload
+from analysis import parallel
 from analysis.errors import RecoveryWarning
-from analysis.runset import RunSet
+from analysis.runset import RunSet, _load
 
 SWEEP_IDS = ["horovod-gloo_np2_bs75_r1", "ddp-gloo_np2_bs75_r1", "horovod-gloo_np1_bs75_r1", "baseline_np1_bs75_r1"]
 #: Clock offsets of the widened runs: every rank but 0 is moved (the cross-rank correction).
@@ -85,7 +85,7 @@ def _studies(rs):
 def serial(dirs):
     """The studies of serial pandas: every table loaded in this process, then reduced."""
     rs = _runset(dirs, workers=1)
-    ev, samples, devices = rs.read_runs("events"), rs.read_runs("samples"), rs.read_runs("rank_devices")
+    ev, samples, devices = rs.events, rs.samples, rs.rank_devices
     tables = {
         "step_times": M.step_times(ev),
         "time_breakdown": M.time_breakdown(ev),
@@ -130,7 +130,7 @@ def test_rank_split_studies_equal_serial_pandas(dirs, serial, workers):
 def test_rank_split_studies_on_dask_equal_serial_pandas(dirs, serial, client):
     rs = _runset(dirs, client=client)
     _assert_same(_studies(rs), serial[0])
-    pd.testing.assert_frame_equal(runload.load_table(rs, "events"), serial[1])  # rs.events is a Dask frame
+    pd.testing.assert_frame_equal(_load.load_table(rs, "events"), serial[1])  # rs.events is a Dask frame
     pd.testing.assert_frame_equal(rs.samples, serial[2])
 
 
@@ -165,10 +165,10 @@ def test_one_run_of_four_ranks_is_four_tasks(dirs, serial, counted):
     counted.clear()
     # without warm-up, a task per rank trace, the timeline read beside rank 0's trace
     pd.testing.assert_frame_equal(M.time_breakdown(one, warmup=0),
-                                  M.time_breakdown(one.read_runs("events"), warmup=0))
+                                  M.time_breakdown(_serial_events(one), warmup=0))
     assert counted[0] == ("time_breakdown", 4)
     counted.clear()
-    runload.load_table(one, "events")
+    _load.load_table(one, "events")
     assert counted == [("reading ranks", 5)]
     counted.clear()
     M.time_breakdown(one, level="run")  # adds a run's ranks up: one task for the run
@@ -179,8 +179,13 @@ def test_one_run_of_many_ranks_is_worth_a_pool(dirs, monkeypatch):
     """``workers=None`` counts rank files, not runs: one big run of four ranks uses the pool."""
     paths, _ = dirs
     monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 1)  # the sample runs are small
-    assert runload.in_tasks(RunSet.from_dirs([paths[2]]))
-    assert not runload.in_tasks(RunSet.from_dirs([paths[0] / "baseline_np1_bs75_r1"]))  # one rank file
+    assert _load.in_tasks(RunSet.from_dirs([paths[2]]))
+    assert not _load.in_tasks(RunSet.from_dirs([paths[0] / "baseline_np1_bs75_r1"]))  # one rank file
+
+
+def _serial_events(rs):
+    """``rs``'s events read here, one run after the other, whatever its engine."""
+    return RunSet(rs.runs, workers=1, include_failed=rs.include_failed).events
 
 
 def _caught(func):
@@ -209,8 +214,8 @@ def test_damage_reaches_damaged_with_the_warnings_of_serial_reading(damaged, eng
     kw = {"workers": 2} if engine == "workers" else {"client": request.getfixturevalue("client")}
     serial = RunSet.from_dirs(damaged, workers=1)
     par = RunSet.from_dirs(damaged, **kw)
-    want, want_warn = _caught(lambda: serial.read_runs("events"))
-    got, got_warn = _caught(lambda: runload.load_table(par, "events"))
+    want, want_warn = _caught(lambda: serial.events)
+    got, got_warn = _caught(lambda: _load.load_table(par, "events"))
     pd.testing.assert_frame_equal(got, want)
     assert got_warn == want_warn
     messages = [m for _, m in want_warn]
@@ -238,7 +243,7 @@ def _whole_sync_times(events):
 def test_damaged_rank_split_gives_the_tables_and_warnings_of_whole_runs(damaged, study):
     metric = getattr(M, study)
     serial = RunSet.from_dirs(damaged, workers=1)
-    want = metric(serial.read_runs("events"))
+    want = metric(serial.events)
     # the per-run tasks of before: each run read whole, its warnings in run_id order (a
     # metric that declares no mapping is reduced run by run)
     whole = RunSet.from_dirs(damaged, workers=2)
@@ -247,7 +252,7 @@ def test_damaged_rank_split_gives_the_tables_and_warnings_of_whole_runs(damaged,
     assert not hasattr(undeclared, "mapping")
     assert metric.mapping.unit_of({}) == ("rank" if study == "step_times" else "run")
     assert metric.mapping.unit_of({"warmup": 0}) == "rank"
-    by_run, by_run_warn = _caught(lambda: runload.per_run(whole, undeclared))
+    by_run, by_run_warn = _caught(lambda: _load.per_run(whole, undeclared))
     split = RunSet.from_dirs(damaged, workers=2)
     got, got_warn = _caught(lambda: metric(split))
     pd.testing.assert_frame_equal(by_run, want)
@@ -264,7 +269,7 @@ def test_a_run_whose_files_share_a_rank_is_reduced_whole(dirs, tmp_path, counted
     rs = RunSet.from_dirs([run], workers=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecoveryWarning)
-        want = M.step_times(rs.read_runs("events"))
+        want = M.step_times(_serial_events(rs))
         got = M.step_times(rs)
     pd.testing.assert_frame_equal(got, want)
     assert counted == [("step_times", 5), ("step_times", 1)]

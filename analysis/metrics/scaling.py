@@ -144,7 +144,7 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
 
         try:
             events = runset.events if step_rows is None else None
-            measured = measure_runs(events, runs, epochs=runset.epochs, samples=_samples(runset), steps=step_rows)
+            measured = measure_runs(events, runs, epochs=runset.epochs, samples=runset.samples, steps=step_rows)
         except ScalescopeError as exc:  # traces without the records steps need: the epoch columns stay
             warnings.warn(f"run_summary: the step measures are left out ({exc}); the epoch columns are kept",
                           RecoveryWarning, stacklevel=2)
@@ -165,13 +165,6 @@ def run_summary(runset, *, warmup_epochs: int = WARMUP_EPOCHS, measured: pd.Data
 
         out["global_batch_size"] = whole(out.pop("global_batch_size_steps").fillna(out["global_batch_size"]))
     return out.drop(columns=["throughput_samples_per_s_steps"])
-
-
-def _samples(runset) -> pd.DataFrame | None:
-    try:
-        return runset.samples
-    except Exception:
-        return None
 
 
 #: The step measures :func:`run_summary` joins (from ``measure_runs``).

@@ -18,16 +18,13 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from analysis import runload, runtable, schema
+from analysis import runtable
 from analysis.errors import RecoveryWarning, ScalescopeError
-from analysis.readers.rundir import read_run_dir
 from analysis.rundir import (
     EPOCH_COLUMNS,
     FORMAT_VERSION,
@@ -35,10 +32,10 @@ from analysis.rundir import (
     find_max_records,
     read_epochs,
 )
+from analysis.runset import _load
 from analysis.runtable import (
     DAMAGE_COLUMNS,
     OK_STATUS,
-    RANK_DEVICE_COLUMNS,
     RUN_COLUMNS,
     read_rank_devices,
     thread_mismatches,
@@ -46,6 +43,8 @@ from analysis.runtable import (
 
 __all__ = ["DAMAGE_COLUMNS", "EPOCH_COLUMNS", "FORMAT_VERSION", "RUN_COLUMNS", "RunSet", "read_epochs",
            "read_rank_devices", "thread_mismatches"]
+
+
 class RunSet:
     """Runs of one or more experiments: a runs table and lazily loaded data tables.
 
@@ -156,7 +155,7 @@ class RunSet:
         """Runs whose status is not ``ok`` (failed, oom, timeout, killed, running...)."""
         return self._runs[self._runs["status"] != OK_STATUS].reset_index(drop=True)
 
-    def runs_to_read(self, which: str) -> list[Any]:
+    def _runs_to_read(self, which: str) -> list[Any]:
         """The usable runs whose ``which`` table is read (rows of the runs table): those
         with a run directory, and for all but the epochs a usable ``run.json`` (a run
         without one, recorded when scanned, has no events, samples or GPU mapping)."""
@@ -165,58 +164,15 @@ class RunSet:
                 if row.path is not None and Path(row.path).is_dir()
                 and (which == "epochs" or row.run_id not in no_manifest)]
 
-    def read_noting_damage(self, row: Any, which: str, read: Callable[[Any], pd.DataFrame]) -> pd.DataFrame | None:
-        """``read(row)``, or None when it raises: the damage is recorded (and warned) as
-        ``which`` of that run; one damaged run never takes the others down."""
-        try:
-            return read(row)
-        except Exception as exc:
-            reason = getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}"
-            path = getattr(exc, "path", None) or row.path
-            self._note_damage(row.run_id, [{"part": which, "path": path, "reason": reason}],
-                              f"{which} of run {row.run_id}", stacklevel=5)
-            return None
+    def _note_read_error(self, row: Any, which: str, exc: Exception) -> None:
+        """Reading the ``which`` table of run ``row`` raised ``exc``: the run's damage,
+        recorded and warned; one damaged run never takes the others down."""
+        reason = getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}"
+        path = getattr(exc, "path", None) or row.path
+        self._note_damage(row.run_id, [{"part": which, "path": path, "reason": reason}],
+                          f"{which} of run {row.run_id}", stacklevel=6)
 
-    def read_runs(self, which: str, read: Callable[[Any], pd.DataFrame] | None = None) -> pd.DataFrame:
-        """The ``which`` table of the usable runs, each run read by ``read(row)`` (default:
-        from its directory, here; :func:`analysis.runload.load_table` gives the runs it read
-        part by part on its workers), in the runs table's order."""
-        frames = []
-        for row in self.runs_to_read(which):
-            if which == "epochs":
-                found: list[dict] = []
-                frames.append(read_epochs(row.path, run_id=row.run_id, damage=found))
-                self._note_damage(row.run_id, found, "the epochs in this file")
-                continue
-            df = self.read_noting_damage(row, which, read or partial(self._read_row, which=which))
-            if df is None:
-                continue
-            if which == "rank_devices":
-                frames.append(df)
-                continue
-            if len(df):
-                df = df.copy()
-                # the runs table's id is the key (it differs when two experiments collide)
-                df["run_id"] = schema.as_category(np.full(len(df), row.run_id, dtype=object), len(df))
-            frames.append(df)
-        if which in ("epochs", "rank_devices"):
-            cols = EPOCH_COLUMNS if which == "epochs" else RANK_DEVICE_COLUMNS
-            frames = [f for f in frames if len(f)]
-            return pd.concat(frames, ignore_index=True) if frames else runtable.empty_frame(cols)
-        if not frames:
-            return schema.empty_events() if which == "events" else schema.empty_samples()
-        return schema.concat(frames)
-
-    def _read_row(self, row: Any, *, which: str) -> pd.DataFrame:
-        return self._read_run(row.path, which, row.run_id)
-
-    @staticmethod
-    def _read_run(path: str, which: str, run_id: str) -> pd.DataFrame:
-        if which == "rank_devices":
-            return read_rank_devices(path, run_id=run_id)
-        return read_run_dir(path, kind=which)
-
-    def _note_damage(self, run_id: str, found: list[dict], excluded: str, *, stacklevel: int = 4) -> None:
+    def _note_damage(self, run_id: str, found: list[dict], excluded: str, *, stacklevel: int = 5) -> None:
         for d in found:
             rec = {"run_id": run_id, "excluded": excluded, **d}  # a part may name its own
             if rec in self._damage:  # a subset loading a table again
@@ -224,11 +180,11 @@ class RunSet:
             self._damage.append(rec)
             warnings.warn(runtable.damage_message(rec), RecoveryWarning, stacklevel=stacklevel)
 
-    def damage_records(self) -> list[dict]:
+    def _damage_records(self) -> list[dict]:
         """The damage found so far, as records (what a worker hands back to its parent)."""
         return [dict(d) for d in self._damage]
 
-    def adopt_damage(self, records: list[dict]) -> None:
+    def _adopt_damage(self, records: list[dict]) -> None:
         """Add damage found by a task that read some of these runs elsewhere (a process of
         the pool, a Dask worker); its warning was raised there and again here already."""
         for rec in records:
@@ -251,8 +207,7 @@ class RunSet:
 
     def _table(self, which: str) -> pd.DataFrame:
         if self._tables[which] is None:
-            in_tasks = which in ("events", "samples") and runload.in_tasks(self)
-            self._tables[which] = runload.load_table(self, which) if in_tasks else self.read_runs(which)
+            self._tables[which] = _load.table(self, which)
         return self._tables[which]
 
     def loaded(self, which: str) -> pd.DataFrame | None:
@@ -260,16 +215,16 @@ class RunSet:
         (given, loaded, or cut by :meth:`select`), else ``None``; never loads it."""
         return self._tables[which]
 
-    def unload(self, which: str) -> None:
+    def _unload(self, which: str) -> None:
         """Forget the ``which`` table read from the runs (it is read again when next asked
         for): the loader drops each run's events once its tables are made."""
         self._tables[which] = None
 
-    def split(self) -> list[RunSet]:
+    def _split(self) -> list[RunSet]:
         """One RunSet per usable run, in the runs table's order, read in this process
-        (``workers=1``, no client): the units :mod:`analysis.runload` hands to its workers
-        for what it reduces run by run (the events of the per-rank metrics go one rank
-        file per task instead)."""
+        (``workers=1``, no client): the units the loader (:mod:`analysis.runset._load`)
+        hands to its workers for what it reduces run by run (the events of the per-rank
+        metrics go one rank file per task instead)."""
         return [self._subset(self.usable_runs().iloc[[i]], workers=1, client=None)
                 for i in range(len(self.usable_runs()))]
 
@@ -283,7 +238,7 @@ class RunSet:
         """
         if self.client is not None and self._tables["events"] is None:
             if self._dask_events is None:
-                self._dask_events = runload.dask_events(self)
+                self._dask_events = _load.dask_events(self)
             return self._dask_events
         return self._table("events")
 
@@ -376,14 +331,14 @@ class RunSet:
         are runs (or ranks) and whose table is sorted by ``run_id``; warnings and damage are
         those of reading the runs one by one. A metric given the RunSet itself
         (``time_breakdown(rs)``) comes here when it declares how it maps."""
-        return runload.per_run(self, metric, which=which, **options)
+        return _load.per_run(self, metric, which=which, **options)
 
     def reduce_tables(self, func: Callable[..., dict], **options: object) -> dict[str, Any]:
         """:meth:`reduce` of a function giving several tables of one run's events (a dict
         of frames or series by name), each joined over the runs in ``run_id`` order: many
         per-run tables from one reading of each run (the report's studies use it so that
         the events of every run are never in memory at once)."""
-        return runload.per_run_tables(self, func, **options)
+        return _load.per_run_tables(self, func, **options)
 
     def find_max_records(self) -> list[dict]:
         """The ``--find-max`` records of these runs' experiments
@@ -398,9 +353,9 @@ class RunSet:
                               options: dict) -> pd.DataFrame:
         """``metric(self, **options)`` for a metric declared with ``@maps_over``
         (:mod:`analysis.metrics._mapping`): read and reduced one rank file or one run per
-        task on this RunSet's engine (:func:`analysis.runload.map_metric`); the table the
+        task on this RunSet's engine (the loader, :mod:`analysis.runset._load`); the table the
         metric gives on all the events, with the same warnings and damage."""
-        return runload.map_metric(self, metric, mapping, options)
+        return _load.map_metric(self, metric, mapping, options)
 
     def __len__(self) -> int:
         return len(self._runs)

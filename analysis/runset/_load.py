@@ -1,16 +1,18 @@
-"""Reading and reducing a RunSet's runs on the engine (:mod:`analysis.parallel`): the same
-frames, warnings and damage as reading the runs one after the other here.
+"""The RunSet's loader, private to it: reading and reducing its runs here or on the engine
+(:mod:`analysis.parallel`), with the same frames, warnings and damage either way.
 
-* :func:`load_table`: a RunSet's ``events`` (one task per rank file of every run, the
-  runs joined here) or ``samples`` (one task per run);
-* :func:`per_run` / :func:`map_metric`: a metric of a RunSet, one rank file or one run
-  per task as the metric declares (``@maps_over``, :mod:`analysis.metrics._mapping`);
-  only the metric's tables come back;
+* :func:`table`: a RunSet's ``events``, ``samples``, ``epochs`` or ``rank_devices`` (the
+  events one task per rank file of every run, the samples one task per run, when
+  :func:`in_tasks`; else every run read here, one after the other);
+* :func:`per_run` / :func:`per_run_tables` / :func:`map_metric`: a metric of a RunSet, one
+  rank file or one run per task as the metric declares (``@maps_over``,
+  :mod:`analysis.metrics._mapping`); only the metric's tables come back;
 * :func:`dask_events`: a Dask DataFrame over the run cache, one partition per run.
 
-The RunSet is used through its public methods only (``runs_to_read``, ``read_runs``,
-``read_noting_damage``, ``split``, ``adopt_damage``...), so this module does not import
-:mod:`analysis.runset`: the RunSet imports it.
+Control goes one way: the RunSet calls this module, which reads its runs table and notes
+damage on it (``_runs_to_read``, ``_note_read_error``, ``_adopt_damage``...), never the
+other way round. Each task returns its table with its warnings and damage; the parent raises
+them again in the order reading the runs one by one meets them.
 """
 
 from __future__ import annotations
@@ -24,16 +26,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import parallel, rundir, schema
+from analysis import parallel, rundir, runtable, schema
 from analysis.errors import recording, replaying
 from analysis.readers.cache import run_entry
 from analysis.readers.rundir import (
     TIMELINE,
     join_run_frames,
+    read_run_dir,
     read_run_part,
     run_dir_parts,
     warn_missing_ranks,
 )
+from analysis.rundir import EPOCH_COLUMNS, read_epochs
+from analysis.runtable import RANK_DEVICE_COLUMNS, read_rank_devices
 
 
 def in_tasks(runset: Any) -> bool:
@@ -64,7 +69,7 @@ def _by_id(runs: list[Any]) -> list[Any]:
 def _run_data(one: Any, *, which: str) -> parallel.WithExtra:
     """A one-run RunSet's table, with the damage found reading it (for the parent RunSet)."""
     table = getattr(one, which)
-    return parallel.WithExtra((table, one.damage_records()))
+    return parallel.WithExtra((table, one._damage_records()))
 
 
 def _reduce_run(one: Any, *, metric: Callable[..., pd.DataFrame], which: str,
@@ -72,15 +77,66 @@ def _reduce_run(one: Any, *, metric: Callable[..., pd.DataFrame], which: str,
     if rank_devices:
         options = {**options, "rank_devices": one.rank_devices}
     out = metric(getattr(one, which), **options)
-    one.unload(which)  # serially the one-run RunSets live until the last run is done
-    return parallel.WithExtra((out, one.damage_records()))
+    one._unload(which)  # serially the one-run RunSets live until the last run is done
+    return parallel.WithExtra((out, one._damage_records()))
 
 
-def _adopt_damage(runset: Any, extras: list) -> None:
+def _adopt_all(runset: Any, extras: list) -> None:
     """Damage the runs' tasks found goes into the RunSet's ``damaged`` table (their
     warnings were raised again already)."""
     for records in extras:
-        runset.adopt_damage(records or [])
+        runset._adopt_damage(records or [])
+
+
+def table(runset: Any, which: str) -> pd.DataFrame:
+    """The RunSet's ``which`` table (``events``, ``samples``, ``epochs``, ``rank_devices``)
+    of its usable runs, in the runs table's order: the events and samples on its engine
+    when :func:`in_tasks` (:func:`load_table`), else every run read here."""
+    if which in ("events", "samples") and in_tasks(runset):
+        return load_table(runset, which)
+    if which == "epochs":
+        frames = []
+        for row in runset._runs_to_read(which):
+            found: list[dict] = []
+            frames.append(read_epochs(row.path, run_id=row.run_id, damage=found))
+            runset._note_damage(row.run_id, found, "the epochs in this file")
+        return _joined_runs(which, frames)
+    return _assembled(runset, which, partial(_read_here, which=which))
+
+
+def _read_here(row: Any, *, which: str) -> pd.DataFrame:
+    """Run ``row``'s ``which`` table read from its directory in this process."""
+    if which == "rank_devices":
+        return read_rank_devices(row.path, run_id=row.run_id)
+    return read_run_dir(row.path, kind=which)
+
+
+def _assembled(runset: Any, which: str, read: Callable[[Any], pd.DataFrame]) -> pd.DataFrame:
+    """``read(row)`` of each run to read, in the runs table's order, keyed by the runs
+    table's ``run_id`` (it differs from the run's own when two experiments collide); a run
+    whose reading raises is the run's damage (recorded and warned), and the others go on."""
+    frames = []
+    for row in runset._runs_to_read(which):
+        try:
+            df = read(row)
+        except Exception as exc:
+            runset._note_read_error(row, which, exc)
+            continue
+        if which != "rank_devices" and len(df):
+            df = df.copy()
+            df["run_id"] = schema.as_category(np.full(len(df), row.run_id, dtype=object), len(df))
+        frames.append(df)
+    return _joined_runs(which, frames)
+
+
+def _joined_runs(which: str, frames: list[pd.DataFrame]) -> pd.DataFrame:
+    if which in ("epochs", "rank_devices"):
+        cols = EPOCH_COLUMNS if which == "epochs" else RANK_DEVICE_COLUMNS
+        frames = [f for f in frames if len(f)]
+        return pd.concat(frames, ignore_index=True) if frames else runtable.empty_frame(cols)
+    if not frames:
+        return schema.empty_events() if which == "events" else schema.empty_samples()
+    return schema.concat(frames)
 
 
 def load_table(runset: Any, which: str) -> pd.DataFrame:
@@ -96,9 +152,9 @@ def load_table(runset: Any, which: str) -> pd.DataFrame:
     if which == "events":
         return _load_events(runset)
     extras: list = []
-    frames = parallel.run_tasks(partial(_run_data, which=which), runset.split(), label="reading runs",
+    frames = parallel.run_tasks(partial(_run_data, which=which), runset._split(), label="reading runs",
                        extras=extras, **_engine(runset))
-    _adopt_damage(runset, extras)
+    _adopt_all(runset, extras)
     if not frames:
         return schema.empty_samples()
     return schema.concat(frames)
@@ -145,14 +201,14 @@ def per_run(
     by_rank, timeline_rank = _rank_unit(metric, options)
     if which == "events" and by_rank and not rank_devices and combine is None:
         return _per_rank(runset, metric, timeline_rank, dict(options))
-    runs = _by_id(runset.split())
+    runs = _by_id(runset._split())
     if not runs:
         empty = schema.empty_samples() if which == "samples" else schema.empty_events()
         return metric(empty, **options)
     task = partial(_reduce_run, metric=metric, which=which, rank_devices=rank_devices, options=dict(options))
     extras: list = []
     parts = parallel.run_tasks(task, runs, label=getattr(metric, "__name__", "runs"), extras=extras, **_engine(runset))
-    _adopt_damage(runset, extras)
+    _adopt_all(runset, extras)
     return (combine or parallel.concat_tables)(parts)
 
 
@@ -161,8 +217,8 @@ def _tables_of_run(one: Any, *, func: Callable[..., dict], options: dict) -> par
     """``func`` of a one-run RunSet's events (a dict of tables), with the damage found
     reading it; the run's events are dropped when the task ends."""
     tables = func(one.events, **options)
-    one.unload("events")  # serially the one-run RunSets live until the last run is done
-    return parallel.WithExtra((pd.DataFrame(), (one.damage_records(), tables)))
+    one._unload("events")  # serially the one-run RunSets live until the last run is done
+    return parallel.WithExtra((pd.DataFrame(), (one._damage_records(), tables)))
 
 
 def per_run_tables(runset: Any, func: Callable[..., dict], **options: object) -> dict[str, Any]:
@@ -171,13 +227,13 @@ def per_run_tables(runset: Any, func: Callable[..., dict], **options: object) ->
     ``run_id`` order (series keep their index). Only the tables travel back: no process
     holds more than one run's events. Warnings and damage are those of reading the runs one
     by one, in ``run_id`` order."""
-    runs = _by_id(runset.split())
+    runs = _by_id(runset._split())
     extras: list = []
     parallel.run_tasks(partial(_tables_of_run, func=func, options=dict(options)), runs,
                        label=getattr(func, "__name__", "runs"), extras=extras, **_engine(runset))
     parts: dict[str, list] = {}
     for damage, tables in extras:
-        runset.adopt_damage(damage or [])
+        runset._adopt_damage(damage or [])
         for name, table in tables.items():
             parts.setdefault(name, []).append(table)
     return {name: _joined(ts) for name, ts in parts.items()}
@@ -363,7 +419,7 @@ def _rank_tasks(runset: Any, rows: list, plans: dict[str, Any],
 
 
 def _load_events(runset: Any) -> pd.DataFrame:
-    rows = runset.runs_to_read("events")
+    rows = runset._runs_to_read("events")
     plans = _plan(runset, rows)
     results = _rank_tasks(
         runset, rows, plans,
@@ -374,13 +430,13 @@ def _load_events(runset: Any) -> pd.DataFrame:
         done = _replay_run(plans[row.run_id], results.get(row.run_id, []))
         return join_run_frames([frame for frame, extra in done if extra["n"]])
 
-    return runset.read_runs("events", read=joined)
+    return _assembled(runset, "events", joined)
 
 
 def _per_rank(runset: Any, metric: Callable[..., pd.DataFrame], timeline_rank: int | None,
               options: dict) -> pd.DataFrame:
     """:func:`per_run` of a per-rank metric: one task per rank trace of every run."""
-    rows = sorted(runset.runs_to_read("events"), key=lambda row: str(row.run_id))
+    rows = sorted(runset._runs_to_read("events"), key=lambda row: str(row.run_id))
     plans = _plan(runset, rows)
 
     def items_of(parts: Any, row: Any) -> list[tuple]:
@@ -399,7 +455,7 @@ def _per_rank(runset: Any, metric: Callable[..., pd.DataFrame], timeline_rank: i
     whole = [row for row in rows if _needs_whole(plans[row.run_id], results.get(row.run_id, []), timeline_rank)]
     fallback: dict[str, tuple] = {}
     if whole:
-        by_id = {one.runs["run_id"].iloc[0]: one for one in runset.split()}
+        by_id = {one.runs["run_id"].iloc[0]: one for one in runset._split()}
         ones = [by_id[row.run_id] for row in whole]
         task = partial(_reduce_run_caught, metric=metric, options=options)
         more: list = []
@@ -410,12 +466,13 @@ def _per_rank(runset: Any, metric: Callable[..., pd.DataFrame], timeline_rank: i
         if row.run_id in fallback:
             out, (records, caught) = fallback[row.run_id]
             _again(caught)
-            runset.adopt_damage(records or [])
+            runset._adopt_damage(records or [])
             parts_out.append(out)
             continue
-        done = runset.read_noting_damage(
-            row, "events", lambda row: _replay_run(plans[row.run_id], results.get(row.run_id, [])))
-        if done is None:
+        try:
+            done = _replay_run(plans[row.run_id], results.get(row.run_id, []))
+        except Exception as exc:
+            runset._note_read_error(row, "events", exc)
             continue
         for table, extra in sorted((part for part in done if part[1]["n"]), key=lambda part: part[1]["rank"]):
             _again(extra["metric"])
@@ -444,8 +501,8 @@ def _reduce_run_caught(one: Any, *, metric: Callable[..., pd.DataFrame], options
     """:func:`_reduce_run` with its warnings kept beside its damage (raised again in order)."""
     with recording() as caught:
         out = metric(one.events, **options)
-    one.unload("events")
-    return parallel.WithExtra((out, (one.damage_records(), [(w.category, str(w.message)) for w in caught])))
+    one._unload("events")
+    return parallel.WithExtra((out, (one._damage_records(), [(w.category, str(w.message)) for w in caught])))
 
 
 def dask_events(runset: Any) -> Any:
@@ -458,7 +515,7 @@ def dask_events(runset: Any) -> Any:
     """
     import dask.dataframe as dd
 
-    runs = [one for one in runset.split() if one.runs["path"].iloc[0] is not None
+    runs = [one for one in runset._split() if one.runs["path"].iloc[0] is not None
             and Path(one.runs["path"].iloc[0]).is_dir()]
     if not runs:
         return dd.from_pandas(schema.empty_events(), npartitions=1)
