@@ -65,7 +65,46 @@ def _rank_head(head: bytes, rank: int, world: int) -> bytes:
     return head[:info] + tail
 
 
-def _run(out: Path, run_id: str, ranks: int, batch: int, profiler: tuple[bytes, bytes]) -> dict:
+def _longer(trace: str, epochs: str, copies: int) -> tuple[str, str]:
+    """A rank's captured trace and epoch metrics as if it had trained ``copies`` times as
+    long: the timed events (phases, collectives) repeated, each copy after the last in time
+    (its span and 1 ms more), with its steps and epochs numbered on; metadata once, the end
+    record last with the new event count. The epoch metrics repeated the same way."""
+    if copies <= 1:
+        return trace, epochs
+    events = json.loads(trace)
+    meta = [e for e in events if e.get("ph") != "X" and e.get("name") != "scalescope_end"]
+    end = [e for e in events if e.get("name") == "scalescope_end"]
+    timed = [e for e in events if e.get("ph") == "X"]
+    steps = 1 + max(int(e["args"]["step"]) for e in timed if "step" in e.get("args", {}))
+    n_epochs = 1 + max(int(e["args"]["epoch"]) for e in timed if "epoch" in e.get("args", {}))
+    first = min(e["ts"] for e in timed)
+    span = max(e["ts"] + e["dur"] for e in timed) - first + 1000.0
+    out = list(meta)
+    for c in range(copies):
+        for e in timed:
+            args = dict(e["args"])
+            if "step" in args:
+                args["step"] = int(args["step"]) + c * steps
+            if "epoch" in args:
+                args["epoch"] = int(args["epoch"]) + c * n_epochs
+            out.append(dict(e, ts=round(e["ts"] + c * span, 3), args=args))
+    for e in end:
+        shift_ns = (copies - 1) * round(span * 1000)
+        out.append(dict(e, args=dict(e["args"], n_events=int(e["args"]["n_events"]) + (copies - 1) * len(timed),
+                                     wall_ns=int(e["args"]["wall_ns"]) + shift_ns)))
+    lines = []
+    for c in range(copies):
+        for line in epochs.splitlines():
+            rec = json.loads(line)
+            rec["epoch"] = int(rec["epoch"]) + c * n_epochs
+            if "wall_ns" in rec:
+                rec["wall_ns"] = int(rec["wall_ns"]) + c * round(span * 1000)
+            lines.append(json.dumps(rec))
+    return "[\n" + ",\n".join(json.dumps(e, separators=(",", ":")) for e in out) + "\n]\n", "\n".join(lines) + "\n"
+
+
+def _run(out: Path, run_id: str, ranks: int, batch: int, profiler: tuple[bytes, bytes], copies: int = 1) -> dict:
     src = TEMPLATE / TEMPLATE_RUN
     out.mkdir(parents=True)
     manifest = json.loads((src / "run.json").read_text())
@@ -76,8 +115,8 @@ def _run(out: Path, run_id: str, ranks: int, batch: int, profiler: tuple[bytes, 
                          for r in range(ranks)]
     manifest["config"] = dict(manifest.get("config") or {}, np=ranks, batch_size=batch)
     (out / "run.json").write_text(json.dumps(manifest, indent=1))
-    trace = (src / "rank-00001.trace.json").read_text()
-    epochs = (src / "rank-00001.epochs.jsonl").read_text()
+    trace, epochs = _longer((src / "rank-00001.trace.json").read_text(),
+                            (src / "rank-00001.epochs.jsonl").read_text(), copies)
     (out / "torch_profiler").mkdir()
     head, body = profiler
     for r in range(ranks):
@@ -95,9 +134,10 @@ def _run(out: Path, run_id: str, ranks: int, batch: int, profiler: tuple[bytes, 
                        "repeat": 1, "vary": {}, "experiment": "large"}}
 
 
-def make_experiment(workdir: Path, runs: int, ranks: int, source: Path) -> Path:
-    """The experiment directory (made anew)."""
-    exp = workdir / f"large_{runs}x{ranks}"
+def make_experiment(workdir: Path, runs: int, ranks: int, source: Path, copies: int = 1) -> Path:
+    """The experiment directory (made anew); each rank trained ``copies`` times as long as
+    the captured run (:func:`_longer`)."""
+    exp = workdir / f"large_{runs}x{ranks}x{copies}"
     if exp.exists():
         shutil.rmtree(exp)
     exp.mkdir(parents=True)
@@ -107,7 +147,7 @@ def make_experiment(workdir: Path, runs: int, ranks: int, source: Path) -> Path:
     for k in range(runs):
         batch = (50, 100, 200, 400)[k % 4]
         run_id = f"ddp-gloo_np{ranks}_bs{batch}_r{k // 4 + 1}"
-        listed.append(_run(exp / run_id, run_id, ranks, batch, profiler))
+        listed.append(_run(exp / run_id, run_id, ranks, batch, profiler, copies))
     meta.update(name=exp.name, runs=listed)
     (exp / "experiment.json").write_text(json.dumps(meta, indent=1))
     return exp
@@ -197,16 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--source", default="kineto/hta__nccl_data.json.gz")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="each rank trains this many times as long as the captured run (longer traces)")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "scalescope-large")
     ap.add_argument("--metrics", action="store_true",
                     help="no report: CPU time of time_breakdown and step_table on the events")
     ap.add_argument("--rounds", type=int, default=3, help="with --metrics: rounds, the best is printed")
     args = ap.parse_args(argv)
     t = time.perf_counter()
-    exp = make_experiment(args.workdir, args.runs, args.ranks, CORPUS / args.source)
+    exp = make_experiment(args.workdir, args.runs, args.ranks, CORPUS / args.source, args.copies)
     size = sum(f.stat().st_size for f in exp.rglob("*") if f.is_file())
     print(f"# machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"# experiment {exp}: {args.runs} runs x {args.ranks} ranks, {size / 1e6:.0f} MB on disk "
+    print(f"# experiment {exp}: {args.runs} runs x {args.ranks} ranks x {args.copies} copies, {size / 1e6:.0f} MB on disk "
           f"(made in {time.perf_counter() - t:.0f} s)")
     print(f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     if args.metrics:
@@ -222,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| experiment | exit code | wall (s) | peak RSS, report process (MiB) | peak RSS, all its processes (MiB) |")
     print("|---|---|---|---|---|")
-    print(f"| {args.runs} runs x {args.ranks} ranks, {size / 1e6:.0f} MB | {r['rc']} | {r['s']:.0f} | "
+    print(f"| {args.runs} runs x {args.ranks} ranks x {args.copies} copies, {size / 1e6:.0f} MB | {r['rc']} | {r['s']:.0f} | "
           f"{r['report_peak_mib']:.0f} | {r['tree_peak_mib']:.0f} |")
     return r["rc"]
 

@@ -295,3 +295,28 @@ def test_a_new_per_rank_metric_needs_only_its_declaration(dirs, serial, workers,
     if workers > 1:
         (label, n_tasks), = counted
         assert label == "_trace_rows" and n_tasks > len(rs.usable_runs())  # one task per rank file
+
+
+def _event_count(events):
+    return {"n": pd.DataFrame({"n": [len(events)]})}
+
+
+@pytest.mark.parametrize("how", ["reduce_tables", "per_rank_metric"])
+def test_damage_after_reducing_run_by_run_never_loads_every_runs_events(damaged, how):
+    """The report reduces the runs one by one and then shows ``damaged``: the damage found
+    while reducing is the events' damage, so asking for it loads no events (it did: every
+    run's events joined in the report process, its peak memory)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecoveryWarning)
+        want = RunSet.from_dirs(damaged, workers=1).damaged
+        rs = RunSet.from_dirs(damaged, workers=2)
+        if how == "reduce_tables":
+            rs.reduce_tables(_event_count)
+        else:
+            M.step_times(rs)
+        got = rs.damaged
+        assert rs.loaded("events") is None
+        sub = rs.filter(n_ranks=lambda n: n > 0)  # a subset knows its runs' damage too
+        assert len(sub.damaged) == len(got) and sub.loaded("events") is None
+    pd.testing.assert_frame_equal(got, want)
+    assert any(str(p).endswith("rank-00002.trace.json") for p in got["path"])

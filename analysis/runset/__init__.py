@@ -111,6 +111,9 @@ class RunSet:
                                                         "rank_devices": rank_devices}
         self.include_failed = include_failed
         self._damage: list[dict] = [] if damaged is None else damaged.to_dict("records")
+        #: The tables whose reading of every usable run is over, so their damage is all in
+        #: ``_damage``: loaded, or reduced run by run (:meth:`reduce`, :meth:`reduce_tables`).
+        self._damage_known: set[str] = set()
         self.workers = workers
         self.client = client
         self._dask_events: Any = None
@@ -197,18 +200,27 @@ class RunSet:
 
         Found while scanning (a missing run directory, a damaged or missing ``run.json`` or
         ``experiment.json``, a run directory with neither) and while loading the data (a
-        rank trace, samples or epochs file that cannot be read): so this loads the events,
-        samples, epochs and GPU mapping first. Each damaged part leaves out only the data
-        named in ``excluded``; the rest of the run is used.
+        rank trace, samples or epochs file that cannot be read): so this first reads the
+        events, samples, epochs and GPU mapping that neither loading nor :meth:`reduce` /
+        :meth:`reduce_tables` has read yet (after the report's run-by-run reduction, the
+        events are never loaded for this). Each damaged part leaves out only the data named
+        in ``excluded``; the rest of the run is used.
         """
         for which in ("events", "samples", "epochs", "rank_devices"):
-            self._table(which)
+            if which not in self._damage_known:
+                self._table(which)
         return runtable.damage_frame(self._damage)
 
     def _table(self, which: str) -> pd.DataFrame:
         if self._tables[which] is None:
             self._tables[which] = _load.table(self, which)
+            self._damage_known.add(which)
         return self._tables[which]
+
+    def _read_all(self, which: str) -> None:
+        """Every usable run's ``which`` table has been read (reduced run by run): its damage
+        is known."""
+        self._damage_known.add(which)
 
     def loaded(self, which: str) -> pd.DataFrame | None:
         """The ``events``/``samples``/``epochs``/``rank_devices`` table if it is in memory
@@ -268,8 +280,10 @@ class RunSet:
                 tables[name] = df[df["run_id"].astype(object).isin(keep)].reset_index(drop=True)
         dmg = runtable.damage_frame([d for d in self._damage if d["run_id"] is None or d["run_id"] in keep])
         engine = {"workers": self.workers, "client": self.client, **engine}
-        return RunSet(runs.reset_index(drop=True), include_failed=self.include_failed, damaged=dmg, **engine,
-                      **tables)
+        sub = RunSet(runs.reset_index(drop=True), include_failed=self.include_failed, damaged=dmg, **engine,
+                     **tables)
+        sub._damage_known = set(self._damage_known)  # its runs are some of these: their damage is known too
+        return sub
 
     def filter(self, **meta: object) -> RunSet:
         """Runs whose columns match: a scalar is compared for equality, a list/tuple/set
@@ -312,8 +326,10 @@ class RunSet:
             mask &= m.fillna(False).astype(bool)
         tables = dict(self._tables)
         tables["events"] = ev[mask].reset_index(drop=True)
-        return RunSet(self._runs, include_failed=self.include_failed, damaged=runtable.damage_frame(self._damage),
-                      workers=self.workers, client=self.client, **tables)
+        cut = RunSet(self._runs, include_failed=self.include_failed, damaged=runtable.damage_frame(self._damage),
+                     workers=self.workers, client=self.client, **tables)
+        cut._damage_known = set(self._damage_known)
+        return cut
 
     def groupby(self, col: str) -> Iterator[tuple[object, RunSet]]:
         """``(value, RunSet)`` for each distinct value of a runs column, in sorted order."""

@@ -200,7 +200,9 @@ def per_run(
         return metric(table, **options)
     by_rank, timeline_rank = _rank_unit(metric, options)
     if which == "events" and by_rank and not rank_devices and combine is None:
-        return _per_rank(runset, metric, timeline_rank, dict(options))
+        out = _per_rank(runset, metric, timeline_rank, dict(options))
+        runset._read_all(which)
+        return out
     runs = _by_id(runset._split())
     if not runs:
         empty = schema.empty_samples() if which == "samples" else schema.empty_events()
@@ -209,6 +211,7 @@ def per_run(
     extras: list = []
     parts = parallel.run_tasks(task, runs, label=getattr(metric, "__name__", "runs"), extras=extras, **_engine(runset))
     _adopt_all(runset, extras)
+    runset._read_all(which)
     return (combine or parallel.concat_tables)(parts)
 
 
@@ -236,6 +239,7 @@ def per_run_tables(runset: Any, func: Callable[..., dict], **options: object) ->
         runset._adopt_damage(damage or [])
         for name, table in tables.items():
             parts.setdefault(name, []).append(table)
+    runset._read_all("events")
     return {name: _joined(ts) for name, ts in parts.items()}
 
 
