@@ -59,16 +59,18 @@ if len(sys.argv) > 3:  # started with another process: both read once both are r
 t = time.perf_counter()
 c = time.process_time()
 out = {}
+df = None
 if mode in ("serial", "pool"):
     df = analysis.read_many(files, cache=False, workers=1 if mode == "serial" else 2)
-    out["rows"] = len(df)
-    from frame_hashes import frame_hash
-    out["hash"] = frame_hash(df)
 else:  # "alone": one CPU-bound process reading files, nothing kept or sent
     for f in files:
         analysis.read(f, cache=False)
 out["s"] = time.perf_counter() - t
 out["cpu"] = time.process_time() - c
+if df is not None:  # checked after the clock stopped: the ceiling's processes hash nothing
+    out["rows"] = len(df)
+    from frame_hashes import frame_hash
+    out["hash"] = frame_hash(df)
 import resource  # the pool's workers, waited for when it shut down, are the children
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 out["cpu_all"] = out["cpu"] + kids.ru_utime + kids.ru_stime
